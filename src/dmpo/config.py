@@ -1,0 +1,168 @@
+"""Typed, frozen configuration. Defaults equal the reference's (spec §3, §4.2, §6.4, §10).
+
+Every dataclass validates itself on construction and raises `ConfigError` naming the bad
+field and the expected value, so that a wrong setting fails before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range; the message names the field."""
+
+
+def _check(condition: bool, field: str, expected: str, value: object) -> None:
+    if not condition:
+        raise ConfigError(f"{field} must be {expected}, got {value!r}")
+
+
+def _positive_int(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        _check(isinstance(value, int) and value > 0, f"{type(obj).__name__}.{name}",
+               "a positive integer", value)
+
+
+def _positive(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        _check(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+               f"{type(obj).__name__}.{name}", "a positive finite number", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class MPOLossConfig:
+    """MPO policy loss with decoupled KL constraints (spec §6.4)."""
+
+    epsilon: float = 0.1
+    """KL bound of the non-parametric E-step distribution (temperature dual)."""
+    epsilon_penalty: float = 1e-3
+    """KL bound of the action-penalty distribution (MO-MPO)."""
+    epsilon_mean: float = 2.5e-3
+    """KL bound on the change of the policy mean per update."""
+    epsilon_stddev: float = 1e-6
+    """KL bound on the change of the policy standard deviation per update."""
+    init_log_temperature: float = 10.0
+    """Initial raw temperature dual (softplus-parametrised)."""
+    init_log_alpha_mean: float = 10.0
+    """Initial raw mean-KL dual (softplus-parametrised)."""
+    init_log_alpha_stddev: float = 1000.0
+    """Initial raw stddev-KL dual (softplus-parametrised)."""
+    per_dim_constraining: bool = True
+    """One KL constraint per action dimension instead of one joint constraint."""
+    action_penalization: bool = True
+    """Penalise sampled actions outside [-1, 1] (MO-MPO penalty objective)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "epsilon", "epsilon_penalty", "epsilon_mean", "epsilon_stddev")
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Network sizes; defaults are the control-suite networks of spec §4.2."""
+
+    policy_layer_sizes: tuple[int, ...] = (256, 256, 256)
+    """Hidden sizes of the policy's layer-norm MLP (activated after the last layer)."""
+    critic_layer_sizes: tuple[int, ...] = (512, 512, 256)
+    """Hidden sizes of the critic's layer-norm MLP (activated after the last layer)."""
+    vmin: float = -150.0
+    """Lowest atom of the categorical critic's support."""
+    vmax: float = 150.0
+    """Highest atom of the categorical critic's support."""
+    num_atoms: int = 51
+    """Number of atoms of the categorical critic's support."""
+    init_scale: float = 0.7
+    """Initial policy standard deviation."""
+    min_scale: float = 1e-6
+    """Floor on the policy standard deviation."""
+    tanh_mean: bool = False
+    """Squash the policy mean with tanh."""
+    fixed_scale: bool = False
+    """Keep the policy standard deviation fixed at init_scale."""
+    observation_network: Literal["flatten", "impala", "drq"] = "flatten"
+    """Observation torso shared by policy and critic: flatten (states) or a pixel torso."""
+
+    def __post_init__(self) -> None:
+        for name in ("policy_layer_sizes", "critic_layer_sizes"):
+            sizes = getattr(self, name)
+            _check(len(sizes) > 0 and all(isinstance(s, int) and s > 0 for s in sizes),
+                   f"NetworkConfig.{name}", "a non-empty tuple of positive integers", sizes)
+        _check(self.vmin < self.vmax, "NetworkConfig.vmin", f"< vmax ({self.vmax})", self.vmin)
+        _check(isinstance(self.num_atoms, int) and self.num_atoms >= 2, "NetworkConfig.num_atoms",
+               "an integer >= 2", self.num_atoms)
+        _positive(self, "init_scale")
+        _check(self.min_scale >= 0, "NetworkConfig.min_scale", ">= 0", self.min_scale)
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Learner hyper-parameters (spec §5, §6)."""
+
+    discount: float = 0.99
+    """Agent discount γ applied on top of the environment discount."""
+    num_samples: int = 20
+    """Actions sampled from the target policy per next state (N)."""
+    target_policy_update_period: int = 100
+    """Learner steps between hard copies of the policy into its target."""
+    target_critic_update_period: int = 100
+    """Learner steps between hard copies of critic and observation network into their targets."""
+    target_update_rate: float | None = None
+    """If set, Polyak-average targets with this rate every step instead of periodic copies."""
+    policy_learning_rate: float = 1e-4
+    critic_learning_rate: float = 1e-4
+    dual_learning_rate: float = 1e-2
+    clipping: bool = True
+    """Clip policy and critic gradients (separately) to a global norm."""
+    max_gradient_norm: float = 40.0
+    """Global-norm bound used when clipping is on."""
+    augmentation: Literal["none", "batch_shift", "image_shift"] = "none"
+    """Pixel augmentation: none, one random shift per batch (reference) or per image (DrQ)."""
+    mpo: MPOLossConfig = dataclasses.field(default_factory=MPOLossConfig)
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.discount <= 1.0, "LearnerConfig.discount", "in [0, 1]", self.discount)
+        _positive_int(self, "num_samples", "target_policy_update_period", "target_critic_update_period")
+        _positive(self, "policy_learning_rate", "critic_learning_rate", "dual_learning_rate",
+                  "max_gradient_norm")
+        if self.target_update_rate is not None:
+            _check(0.0 < self.target_update_rate <= 1.0, "LearnerConfig.target_update_rate",
+                   "in (0, 1] or None", self.target_update_rate)
+
+
+@dataclasses.dataclass(frozen=True)
+class DMPOConfig:
+    """Everything the single-process and distributed agents are built from (spec §3, §7.1)."""
+
+    batch_size: int = 256
+    prefetch_size: int = 4
+    """Batches the dataset keeps ready ahead of the learner."""
+    min_replay_size: int = 1000
+    max_replay_size: int = 1_000_000
+    samples_per_insert: float | None = 32.0
+    """Target ratio of sampled to inserted items; None disables the ratio (distributed only)."""
+    n_step: int = 5
+    checkpoint: bool = True
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    networks: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)
+
+    def __post_init__(self) -> None:
+        _positive_int(self, "batch_size", "prefetch_size", "min_replay_size", "max_replay_size", "n_step")
+        _check(self.batch_size <= self.max_replay_size, "DMPOConfig.batch_size",
+               f"<= max_replay_size ({self.max_replay_size})", self.batch_size)
+        _check(self.min_replay_size <= self.max_replay_size, "DMPOConfig.min_replay_size",
+               f"<= max_replay_size ({self.max_replay_size})", self.min_replay_size)
+        if self.samples_per_insert is not None:
+            _positive(self, "samples_per_insert")
+
+    @property
+    def min_observations(self) -> int:
+        """Environment steps before the first learner step (spec §3)."""
+        return max(self.batch_size, self.min_replay_size)
+
+    @property
+    def observations_per_step(self) -> float:
+        return self.batch_size / (self.samples_per_insert or self.batch_size)
