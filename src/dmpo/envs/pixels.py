@@ -1,0 +1,173 @@
+"""Pixel observations for dm_control tasks: camera render + frame stacking (spec §0, §4.3/§4.4).
+
+`make(..., pixels=True)` replaces the state observation by a `uint8 [S, S, 3·F]` image: an S×S RGB
+render of camera `camera_id` (default 0, S = 84) at every inner control step, and the last F frames
+concatenated along the channel axis, **oldest first** (after a reset the first frame fills all F
+slots). Frame stacking sits inside the action repeat (the pipeline order of spec §0), so with
+action repeat 2 and F = 3 one observation holds the last three control-step frames and each agent
+step shifts the stack by two frames.
+
+Headless rendering: dm_control picks its OpenGL backend once, when `dm_control` (precisely
+`dm_control._render`) is first imported, from the `MUJOCO_GL` environment variable; importing plain
+`mujoco` earlier does not matter. `prepare_headless_rendering` therefore does
+`os.environ.setdefault("MUJOCO_GL", "egl")` and must run before the first dm_control import;
+`make` calls it before loading a pixel task. If dm_control was already imported without it (for
+instance by a state task made earlier in the process) it will have picked GLFW, which fails without
+a display; `PixelObservationWrapper` then raises `EnvError` saying to set `MUJOCO_GL=egl` in the
+environment. EGL needs no extra package here (software llvmpipe); `MUJOCO_GL=osmesa` also works
+when `libosmesa6` is installed.
+
+Fast render settings (`fast=True`, used by `make`). dm_control's defaults render into a 640×480
+multisampled framebuffer with a 2048² shadow map, reflections and a skybox — ≈ 30 ms per 84×84
+frame in software. We set, before the rendering context is created:
+
+* `model.vis.global_.offwidth = offheight = S` (offscreen buffer the size of the image),
+* `model.vis.quality.offsamples = 0` (no multisample anti-aliasing),
+
+and on the camera's scene turn off `mjtRndFlag.mjRND_SHADOW`, `mjRND_REFLECTION` and
+`mjRND_SKYBOX` (background becomes black; bodies and floor look the same otherwise). One
+`dm_control.mujoco.Camera` is built once and reused every frame instead of `physics.render`'s
+new camera and scene per call. Measured ≈ 1.1–1.8 ms per frame against ≈ 28–31 ms
+(benchmarks/pixels_env.py). The images therefore differ from Acme's (no shadows, reflections or
+sky); `fast=False` reproduces dm_control's default `physics.render(S, S, camera_id)` exactly.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dm_env
+import mujoco
+import numpy as np
+from dm_env import specs
+
+from dmpo.envs.errors import EnvError, check_positive_int
+from dmpo.envs.wrappers import EnvironmentWrapper
+
+_DISABLED_SCENE_FLAGS = (
+    mujoco.mjtRndFlag.mjRND_SHADOW,
+    mujoco.mjtRndFlag.mjRND_REFLECTION,
+    mujoco.mjtRndFlag.mjRND_SKYBOX,
+)
+
+
+def prepare_headless_rendering() -> None:
+    """Defaults `MUJOCO_GL` to `egl`; only effective before dm_control is first imported."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+def _backend_hint() -> str:
+    from dm_control import _render  # the backend dm_control fixed at its first import
+
+    return (
+        f"dm_control's OpenGL backend is {_render.BACKEND!r} (MUJOCO_GL="
+        f"{os.environ.get('MUJOCO_GL')!r}). For headless rendering set MUJOCO_GL=egl in the environment "
+        "before anything imports dm_control (dmpo.envs.make does so itself only if dm_control was not "
+        "imported yet)."
+    )
+
+
+class PixelObservationWrapper(EnvironmentWrapper):
+    """Replaces the observation of a dm_control environment by a `uint8 [S, S, 3]` camera image.
+
+    Args:
+      environment: a freshly loaded dm_control environment (it must expose `.physics`; the fast
+        settings only apply if nothing rendered with it before).
+      image_size: S, the image height and width.
+      camera_id: the model camera (0 = first fixed camera; -1 = free camera).
+      fast: apply the fast render settings of the module docstring; False renders with
+        dm_control's defaults (for comparison).
+    """
+
+    def __init__(self, environment: dm_env.Environment, image_size: int = 84, camera_id: int = 0,
+                 fast: bool = True):
+        super().__init__(environment)
+        self._size = check_positive_int(image_size, "image_size")
+        physics = environment.physics
+        if isinstance(camera_id, bool) or not isinstance(camera_id, (int, np.integer)) or not (
+            -1 <= camera_id < physics.model.ncam
+        ):
+            raise EnvError(f"camera_id must be an integer in [-1, {physics.model.ncam - 1}] for this "
+                           f"model, got {camera_id!r}")
+        self._camera_id = int(camera_id)
+        self._fast = fast
+        if fast:
+            physics.model.vis.global_.offwidth = self._size
+            physics.model.vis.global_.offheight = self._size
+            physics.model.vis.quality.offsamples = 0
+        try:
+            physics.contexts  # noqa: B018 (creates the OpenGL context now, so failures surface in make)
+        except Exception as error:  # backends fail in many ways (ImportError, AttributeError, GLError)
+            raise EnvError(f"cannot create an OpenGL context for pixel observations: {error!r}. "
+                           + _backend_hint()) from error
+        self._camera = None
+        self._camera_data = None
+        self._spec = specs.Array((self._size, self._size, 3), np.uint8, name="pixels")
+
+    def _fast_camera(self):
+        from dm_control.mujoco import Camera
+
+        physics = self._environment.physics
+        if self._camera is None or self._camera_data is not physics.data:  # rebuilt if physics reloads
+            if self._camera is not None:
+                self._camera.scene.free()
+            self._camera = Camera(physics, self._size, self._size, self._camera_id)
+            for flag in _DISABLED_SCENE_FLAGS:
+                self._camera.scene.flags[flag] = 0
+            self._camera_data = physics.data
+        return self._camera
+
+    def render(self) -> np.ndarray:
+        """The current camera image, a fresh `uint8 [S, S, 3]` array."""
+        if self._fast:
+            return np.array(self._fast_camera().render(), copy=True)
+        return self._environment.physics.render(self._size, self._size, camera_id=self._camera_id)
+
+    def observation_spec(self) -> specs.Array:
+        return self._spec
+
+    def reset(self) -> dm_env.TimeStep:
+        return self._environment.reset()._replace(observation=self.render())
+
+    def step(self, action) -> dm_env.TimeStep:
+        return self._environment.step(action)._replace(observation=self.render())
+
+    def close(self) -> None:
+        if self._camera is not None:
+            self._camera.scene.free()
+            self._camera = None
+        super().close()
+
+
+class FrameStackWrapper(EnvironmentWrapper):
+    """Stacks the last `num_frames` `[H, W, C]` observations into `[H, W, C·num_frames]`, oldest first.
+
+    At FIRST the frame fills every slot; afterwards each inner step drops the oldest frame.
+    """
+
+    def __init__(self, environment: dm_env.Environment, num_frames: int):
+        super().__init__(environment)
+        self._num_frames = check_positive_int(num_frames, "frame_stack")
+        inner = environment.observation_spec()
+        if not isinstance(inner, specs.Array) or len(inner.shape) != 3:
+            raise EnvError(f"frame stacking needs an [H, W, C] array observation spec, got {inner!r}")
+        height, width, channels = inner.shape
+        self._spec = specs.Array((height, width, channels * self._num_frames), inner.dtype, name=inner.name)
+        self._stack: np.ndarray | None = None
+
+    def observation_spec(self) -> specs.Array:
+        return self._spec
+
+    def _push(self, timestep: dm_env.TimeStep) -> dm_env.TimeStep:
+        frame = np.asarray(timestep.observation)
+        if timestep.first() or self._stack is None:
+            self._stack = np.concatenate([frame] * self._num_frames, axis=-1)
+        else:
+            self._stack = np.concatenate([self._stack[..., frame.shape[-1]:], frame], axis=-1)
+        return timestep._replace(observation=self._stack)
+
+    def reset(self) -> dm_env.TimeStep:
+        return self._push(self._environment.reset())
+
+    def step(self, action) -> dm_env.TimeStep:
+        return self._push(self._environment.step(action))

@@ -1,0 +1,104 @@
+"""`make`: environment names → the DMPO environment pipeline of spec §0.
+
+Names: `"dmc:<domain>-<task>"` (DeepMind Control Suite, e.g. `dmc:cartpole-swingup`,
+`dmc:ball_in_cup-catch`) and `"gym:<Id>"` (any id in gymnasium's registry with a bounded
+continuous Box action space, e.g. `gym:Pendulum-v1`, `gym:HalfCheetah-v5`).
+
+Pipeline, innermost first: load → (pixels, dm_control only: camera render + frame stack, see
+`dmpo.envs.pixels`) → canonical `[-1, 1]^D` float32 action spec → action repeat → float64 → float32.
+"""
+
+from __future__ import annotations
+
+import dm_env
+import numpy as np
+
+from dmpo.envs import control_suite, wrappers
+from dmpo.envs.errors import EnvError, check_positive_int
+
+DEFAULT_TASK = "dmc:cartpole-swingup"
+
+_PREFIXES = ("dmc", "gym")
+_PIXEL_ACTION_REPEAT = 2  # spec §4.3: pixel agents repeat every action twice
+
+
+def available_tasks() -> tuple[str, ...]:
+    """Every `dmc:` name `make` accepts, sorted.
+
+    `gym:` names are not enumerated: any gymnasium registry id whose action space is a bounded
+    float Box works (see `gymnasium.pprint_registry()`).
+    """
+    return tuple(f"dmc:{name}" for name in control_suite.task_names())
+
+
+def _check_seed(seed) -> int | None:
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise EnvError(f"seed must be None or a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def _load_dm_control(task: str, seed: int | None, pixels: bool, frame_stack: int, image_size: int,
+                     camera_id: int) -> dm_env.Environment:
+    if not pixels:
+        return control_suite.wrap_states(control_suite.load(task, seed))
+    from dmpo.envs import pixels as pixel_wrappers
+
+    pixel_wrappers.prepare_headless_rendering()  # before dm_control's first import, see pixels.py
+    environment = pixel_wrappers.PixelObservationWrapper(
+        control_suite.load(task, seed), image_size=image_size, camera_id=camera_id
+    )
+    return pixel_wrappers.FrameStackWrapper(environment, frame_stack)
+
+
+def make(name: str, *, seed: int | None = None, action_repeat: int | None = None, pixels: bool = False,
+         frame_stack: int = 3, image_size: int = 84, camera_id: int = 0) -> dm_env.Environment:
+    """Builds the environment `name` wrapped in the DMPO pipeline (module docstring).
+
+    Args:
+      name: `"dmc:<domain>-<task>"` or `"gym:<Id>"`.
+      seed: seeds the task's randomness (dm_control `task_kwargs={'random': seed}`; gymnasium
+        `reset(seed=seed)` then continuing the stream). Same seed and actions ⇒ same trajectory.
+      action_repeat: inner steps per agent step; `None` means 1 for states and 2 for pixels.
+      pixels: observe `uint8 [image_size, image_size, 3·frame_stack]` camera images instead of
+        states (dm_control tasks only).
+      frame_stack: number of stacked frames (pixels only).
+      image_size: image height and width (pixels only).
+      camera_id: model camera to render (pixels only).
+
+    Returns:
+      A dm_env environment with a float32 `[-1, 1]^D` action spec, float32 reward and discount
+      specs, and float32 observations (a dict for dm_control states, an array for gymnasium Box
+      observations, uint8 images for pixels).
+
+    Raises:
+      EnvError: unknown prefix or task, unusable action space, or a bad argument.
+    """
+    if not isinstance(name, str):
+        raise EnvError(f"name must be a string like {DEFAULT_TASK!r}, got {name!r}")
+    prefix, sep, task = name.partition(":")
+    if not sep or prefix not in _PREFIXES or not task:
+        raise EnvError(
+            f"unknown environment name {name!r}: expected 'dmc:<domain>-<task>' (e.g. {DEFAULT_TASK}; "
+            "see dmpo.envs.available_tasks()) or 'gym:<Id>' (e.g. gym:Pendulum-v1)"
+        )
+    seed = _check_seed(seed)
+    if not isinstance(pixels, bool):
+        raise EnvError(f"pixels must be a bool, got {pixels!r}")
+    if action_repeat is None:
+        action_repeat = _PIXEL_ACTION_REPEAT if pixels else 1
+    action_repeat = check_positive_int(action_repeat, "action_repeat")
+
+    if prefix == "dmc":
+        environment = _load_dm_control(task, seed, pixels, frame_stack, image_size, camera_id)
+    else:
+        if pixels:
+            raise EnvError(f"pixels=True is supported for 'dmc:' tasks only, got {name!r}")
+        from dmpo.envs import gym_adapter
+
+        environment = gym_adapter.load(task, seed)
+    environment = wrappers.CanonicalActionWrapper(environment)
+    if action_repeat > 1:
+        environment = wrappers.ActionRepeatWrapper(environment, action_repeat)
+    return wrappers.SinglePrecisionWrapper(environment)
