@@ -1,0 +1,256 @@
+"""Environment loop (episode rows, counts, update calls, stopping) and evaluation with video."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import dm_env
+import imageio.v3 as iio
+import numpy as np
+import pytest
+from dm_env import specs
+
+from dmpo.runners import EnvironmentLoop, default_render, evaluate
+from dmpo.utils.counting import Counter
+from dmpo.utils.logging import NoOpLogger
+
+EPISODE_KEYS = {"episode_length", "episode_return", "steps_per_second", "env_reset_duration_sec",
+                "select_action_duration_sec", "env_step_duration_sec", "episode_duration"}
+
+
+class FakeEnv(dm_env.Environment):
+    """Episodes of `lengths[i]` steps (cycling); reward after step t (1-based) of episode e is e + t/4."""
+
+    def __init__(self, lengths=(3,), frame_shape=(8, 12, 3)) -> None:
+        self.lengths = list(lengths)
+        self.frame_shape = frame_shape
+        self.episode = -1
+        self.t = 0
+        self.actions: list[np.ndarray] = []
+        self.seeded: int | None = None
+
+    def seed(self, seed: int) -> None:
+        self.seeded = seed
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.episode, self.t], np.float32)
+
+    def reset(self) -> dm_env.TimeStep:
+        self.episode += 1
+        self.t = 0
+        return dm_env.restart(self._obs())
+
+    def step(self, action) -> dm_env.TimeStep:
+        self.actions.append(np.asarray(action))
+        self.t += 1
+        reward = np.float32(self.episode + self.t / 4)
+        if self.t >= self.lengths[self.episode % len(self.lengths)]:
+            return dm_env.truncation(reward, self._obs())
+        return dm_env.transition(reward, self._obs())
+
+    def render(self) -> np.ndarray:
+        return np.full(self.frame_shape, 10 * self.t % 256, np.uint8)
+
+    def observation_spec(self):
+        return specs.Array((2,), np.float32)
+
+    def action_spec(self):
+        return specs.BoundedArray((1,), np.float32, -1.0, 1.0)
+
+
+def expected_return(episode: int, length: int) -> float:
+    return sum(episode + t / 4 for t in range(1, length + 1))
+
+
+class RecordingActor:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.first_observations: list[np.ndarray] = []
+
+    def select_action(self, observation):
+        self.calls.append("select")
+        return np.array([observation[1] / 10], np.float32)
+
+    def observe_first(self, timestep):
+        assert timestep.first()
+        self.calls.append("first")
+        self.first_observations.append(timestep.observation)
+
+    def observe(self, action, next_timestep):
+        self.calls.append("observe")
+
+    def update(self, wait: bool = False):
+        self.calls.append("update")
+
+
+class ListLogger:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def write(self, data):
+        self.rows.append(dict(data))
+
+    def close(self):
+        pass
+
+
+class StepCountObserver:
+    def observe_first(self, environment, timestep):
+        self.n = 0
+
+    def observe(self, environment, timestep, action):
+        self.n += 1
+
+    def get_metrics(self):
+        return {"observed_steps": self.n}
+
+
+def test_episode_row_keys_return_and_counts():
+    env, actor, logger = FakeEnv(lengths=(4,)), RecordingActor(), ListLogger()
+    loop = EnvironmentLoop(env, actor, Counter(), logger, observers=[StepCountObserver()])
+    result = loop.run_episode()
+    assert EPISODE_KEYS | {"episodes", "steps", "observed_steps"} == set(result)
+    assert result["episode_length"] == 4 and result["observed_steps"] == 4
+    assert result["episode_return"] == pytest.approx(expected_return(0, 4))
+    assert isinstance(result["episode_return"], float)
+    assert result["episodes"] == 1 and result["steps"] == 4
+    assert result["steps_per_second"] > 0 and result["episode_duration"] >= result["env_step_duration_sec"]
+    assert logger.rows == []  # run_episode alone does not log
+
+
+def test_call_order_one_update_per_env_step():
+    actor = RecordingActor()
+    EnvironmentLoop(FakeEnv(lengths=(2,)), actor, logger=NoOpLogger()).run_episode()
+    assert actor.calls == ["first"] + ["select", "observe", "update"] * 2
+    actor = RecordingActor()
+    EnvironmentLoop(FakeEnv(lengths=(2,)), actor, logger=NoOpLogger(), should_update=False).run_episode()
+    assert "update" not in actor.calls
+
+
+def test_run_num_steps_finishes_the_last_episode():
+    env, actor, logger = FakeEnv(lengths=(4,)), RecordingActor(), ListLogger()
+    steps = EnvironmentLoop(env, actor, logger=logger).run(num_steps=10)
+    assert steps == 12  # 3 whole episodes of 4 steps: the third crosses 10 and is finished
+    assert [row["episode_length"] for row in logger.rows] == [4, 4, 4]
+    assert [row["steps"] for row in logger.rows] == [4, 8, 12]
+    assert actor.calls.count("update") == 12
+
+
+def test_run_num_episodes_counts_on_a_child_counter_and_logs_each():
+    root = Counter()
+    env, logger = FakeEnv(lengths=(1, 2, 3)), ListLogger()
+    loop = EnvironmentLoop(env, RecordingActor(), Counter(root, "actor", time_delta=0.0), logger)
+    assert loop.run(num_episodes=3) == 6
+    assert root.get_counts() == {"actor_episodes": 3, "actor_steps": 6}
+    assert [row["actor_steps"] for row in logger.rows] == [1, 3, 6]
+    assert [row["episode_return"] for row in logger.rows] == pytest.approx(
+        [expected_return(e, n) for e, n in enumerate((1, 2, 3))])
+
+
+def test_stop_hooks_and_episode_callback():
+    seen: list[int] = []
+    loop = EnvironmentLoop(FakeEnv(lengths=(2,)), RecordingActor(), logger=NoOpLogger(),
+                           should_stop=lambda: len(seen) >= 2,
+                           on_episode_end=lambda row: seen.append(row["episodes"]))
+    assert loop.run() == 4
+    assert seen == [1, 2]
+
+    def stop_after_first(row):
+        loop2.request_stop()
+
+    loop2 = EnvironmentLoop(FakeEnv(lengths=(2,)), RecordingActor(), logger=NoOpLogger(),
+                            on_episode_end=stop_after_first)
+    assert loop2.run(num_episodes=5) == 2
+
+
+def test_nested_rewards_are_summed_per_leaf():
+    class DictRewardEnv(FakeEnv):
+        def step(self, action):
+            ts = super().step(action)
+            return ts._replace(reward={"a": ts.reward, "b": np.array([1.0, 2.0], np.float32)})
+
+    result = EnvironmentLoop(DictRewardEnv(lengths=(3,)), RecordingActor(), logger=NoOpLogger()).run_episode()
+    assert result["episode_return"]["a"] == pytest.approx(expected_return(0, 3))
+    np.testing.assert_allclose(result["episode_return"]["b"], [3.0, 6.0])
+
+
+def test_run_rejects_bad_arguments():
+    loop = EnvironmentLoop(FakeEnv(), RecordingActor(), logger=NoOpLogger())
+    with pytest.raises(ValueError, match="at most one"):
+        loop.run(num_episodes=1, num_steps=1)
+    with pytest.raises(ValueError, match="num_steps"):
+        loop.run(num_steps=-1)
+    assert loop.run(num_episodes=0) == 0
+
+
+# ------------------------------------------------------------------------------------------- evaluation
+
+
+def test_evaluate_statistics_and_seed():
+    env = FakeEnv(lengths=(1, 2, 3))
+    stats = evaluate(env, lambda obs: np.zeros(1, np.float32), 3, seed=5)
+    returns = [expected_return(e, n) for e, n in enumerate((1, 2, 3))]
+    assert env.seeded == 5
+    assert stats["episode_returns"] == pytest.approx(returns)
+    assert stats["episode_lengths"] == [1, 2, 3]
+    assert stats["return_mean"] == pytest.approx(np.mean(returns))
+    assert stats["return_std"] == pytest.approx(np.std(returns))
+    assert (stats["return_min"], stats["return_max"]) == pytest.approx((min(returns), max(returns)))
+    assert stats["length_mean"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_evaluate_writes_a_readable_video(tmp_path, suffix):
+    env = FakeEnv(lengths=(4, 5, 6), frame_shape=(16, 24, 3))
+    path = tmp_path / "videos" / f"eval{suffix}"
+    evaluate(env, lambda obs: np.zeros(1, np.float32), 3, video_path=path, video_episodes=2)
+    frames = iio.imread(path) if suffix == ".gif" else iio.imread(path, plugin="FFMPEG")
+    assert frames.shape[0] == (4 + 1) + (5 + 1)  # a frame after reset and after each step, 2 episodes
+    assert frames.shape[1:3] == (16, 24)
+    assert abs(int(frames[2].mean()) - 20) <= 3  # third frame rendered at t=2 (lossy codecs)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left
+
+
+def test_evaluate_with_render_fn_and_bad_frames(tmp_path):
+    frames_seen = []
+
+    def render_fn(environment):
+        frames_seen.append(environment.t)
+        return np.zeros((8, 8, 3), np.uint8)
+
+    evaluate(FakeEnv(lengths=(2,)), lambda obs: 0.0, 1, video_path=tmp_path / "v.gif", render_fn=render_fn)
+    assert frames_seen == [0, 1, 2]
+    path = tmp_path / "bad.mp4"
+    with pytest.raises(ValueError, match=r"uint8 frames of shape \[H, W, 3\]"):
+        evaluate(FakeEnv(), lambda obs: 0.0, 1, video_path=path, render_fn=lambda env: np.zeros((8, 8)))
+    assert not path.exists() and not list(tmp_path.glob(".bad*"))
+
+
+def test_evaluate_rejects_bad_arguments(tmp_path):
+    policy = lambda obs: 0.0  # noqa: E731
+    with pytest.raises(ValueError, match="num_episodes"):
+        evaluate(FakeEnv(), policy, 0)
+    with pytest.raises(ValueError, match=r"\.mp4 or \.gif"):
+        evaluate(FakeEnv(), policy, 1, video_path=tmp_path / "v.avi")
+
+    class NoSeed(FakeEnv):
+        seed = None
+
+    with pytest.raises(TypeError, match="seed"):
+        evaluate(NoSeed(), policy, 1, seed=1)
+
+
+def test_default_render_walks_wrappers_to_dm_control_physics():
+    from dm_control import suite
+
+    class Wrapper:
+        def __init__(self, environment):
+            self._environment = environment
+
+    env = suite.load("cartpole", "balance", task_kwargs={"time_limit": 0.03, "random": 0})
+    frame = default_render(Wrapper(env))
+    assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8 and frame.std() > 0
+    with pytest.raises(TypeError, match="render_fn"):
+        default_render(object())
