@@ -35,6 +35,7 @@ sky); `fast=False` reproduces dm_control's default `physics.render(S, S, camera_
 from __future__ import annotations
 
 import os
+import sys
 
 import dm_env
 import mujoco
@@ -56,15 +57,28 @@ def prepare_headless_rendering() -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
 
 
-def _backend_hint() -> str:
-    from dm_control import _render  # the backend dm_control fixed at its first import
+def _render_backend() -> str | None:
+    from dm_control import _render  # holds the backend dm_control fixed at its first import
 
+    return _render.BACKEND
+
+
+def _backend_hint(backend: str | None) -> str:
     return (
-        f"dm_control's OpenGL backend is {_render.BACKEND!r} (MUJOCO_GL="
-        f"{os.environ.get('MUJOCO_GL')!r}). For headless rendering set MUJOCO_GL=egl in the environment "
-        "before anything imports dm_control (dmpo.envs.make does so itself only if dm_control was not "
-        "imported yet)."
+        f"dm_control's OpenGL backend is {backend!r} (MUJOCO_GL is now {os.environ.get('MUJOCO_GL')!r}). "
+        "For headless rendering set MUJOCO_GL=egl in the environment before anything imports dm_control "
+        "(dmpo.envs.make sets it itself, but only has an effect if dm_control was not imported yet)."
     )
+
+
+def _check_render_backend() -> None:
+    """Fails early (before dm_control's own, obscure errors) when no usable backend was chosen."""
+    backend = _render_backend()
+    headless_linux = sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    )
+    if backend is None or (backend == "glfw" and headless_linux):
+        raise EnvError("cannot render pixel observations without a display. " + _backend_hint(backend))
 
 
 class PixelObservationWrapper(EnvironmentWrapper):
@@ -95,11 +109,12 @@ class PixelObservationWrapper(EnvironmentWrapper):
             physics.model.vis.global_.offwidth = self._size
             physics.model.vis.global_.offheight = self._size
             physics.model.vis.quality.offsamples = 0
+        _check_render_backend()
         try:
             physics.contexts  # noqa: B018 (creates the OpenGL context now, so failures surface in make)
         except Exception as error:  # backends fail in many ways (ImportError, AttributeError, GLError)
             raise EnvError(f"cannot create an OpenGL context for pixel observations: {error!r}. "
-                           + _backend_hint()) from error
+                           + _backend_hint(_render_backend())) from error
         self._camera = None
         self._camera_data = None
         self._spec = specs.Array((self._size, self._size, 3), np.uint8, name="pixels")
