@@ -1,0 +1,259 @@
+"""Learning curves from run directories: one line per group of runs (seeds), with a spread band.
+
+Reads `<run>/logs/<label>/logs.csv` (see `dmpo.utils.logging.CSVLogger`), optionally smooths each
+run with a trailing moving average, interpolates the runs of a group onto a common x grid (where they
+all have data), and draws the mean with a min–max or ±std band. Runs are grouped by default when
+their config.json files are equal up to `seed` fields. Drawing uses matplotlib's Agg canvas directly,
+so no display and no global pyplot state are involved.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from dmpo.runs import atomic_write_bytes
+
+__all__ = ["Curve", "aggregate_curves", "group_runs", "load_curve", "plot_runs", "smooth"]
+
+_STEP_PREFERENCE = ("actor_steps", "steps", "evaluator_steps", "learner_steps")
+
+
+class Curve:
+    """One run's (x, y) points, sorted by x."""
+
+    def __init__(self, run: Path, x: np.ndarray, y: np.ndarray, x_key: str) -> None:
+        self.run, self.x, self.y, self.x_key = run, x, y, x_key
+
+
+def _read_columns(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def _to_float(cell: str | None) -> float:
+    try:
+        return float(cell) if cell not in (None, "") else np.nan
+    except ValueError:
+        return np.nan
+
+
+def _resolve_x(x: str, columns: list[str], path: Path) -> str:
+    if x in columns:
+        return x
+    candidates = [c for c in _STEP_PREFERENCE if c in columns]
+    candidates += [c for c in columns if c.endswith("_steps") and c not in candidates]
+    if not candidates:
+        raise ValueError(f"{path}: no column {x!r} and no step column to fall back to; "
+                         f"columns are {columns}")
+    warnings.warn(f"{path}: no column {x!r}; using {candidates[0]!r} as x", stacklevel=3)
+    return candidates[0]
+
+
+def load_curve(run_dir: str | os.PathLike[str], *, x: str = "actor_steps", y: str = "episode_return",
+               label_source: str = "evaluator") -> Curve:
+    """Reads one run's curve; errors name the file and the columns it has."""
+    run = Path(run_dir)
+    path = run / "logs" / label_source / "logs.csv"
+    if not path.is_file():
+        found = sorted(p.parent.name for p in (run / "logs").glob("*/logs.csv"))
+        raise FileNotFoundError(f"{run}: no {label_source!r} log at {path}; logs found: {found}")
+    columns, rows = _read_columns(path)
+    if y not in columns:
+        raise ValueError(f"{path}: no column {y!r}; columns are {columns}")
+    x_key = _resolve_x(x, columns, path)
+    xs = np.array([_to_float(row.get(x_key)) for row in rows])
+    ys = np.array([_to_float(row.get(y)) for row in rows])
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    if not keep.any():
+        raise ValueError(f"{path}: no row has numbers in both {x_key!r} and {y!r}")
+    order = np.argsort(xs[keep], kind="stable")
+    return Curve(run, xs[keep][order], ys[keep][order], x_key)
+
+
+def _check_window(window: int) -> None:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"smoothing window must be a positive integer, got {window!r}")
+
+
+def _check_spread(spread: str) -> None:
+    if spread not in ("minmax", "std"):
+        raise ValueError(f"spread must be 'minmax' or 'std', got {spread!r}")
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average: point i is the mean of points max(0, i-window+1) … i."""
+    _check_window(window)
+    sums = np.cumsum(np.concatenate([[0.0], values]))
+    idx = np.arange(1, len(values) + 1)
+    start = np.maximum(idx - window, 0)
+    return (sums[idx] - sums[start]) / (idx - start)
+
+
+def aggregate_curves(curves: Sequence[Curve], *, num_points: int = 200,
+                     spread: Literal["minmax", "std"] = "minmax"
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(grid, mean, low, high) of the curves linearly interpolated onto a grid over their common x range.
+
+    A single curve is returned on its own x values with low == high == mean.
+    """
+    _check_spread(spread)
+    if len(curves) == 1:
+        c = curves[0]
+        return c.x, c.y, c.y, c.y
+    lo = max(float(c.x[0]) for c in curves)
+    hi = min(float(c.x[-1]) for c in curves)
+    if not lo < hi:
+        raise ValueError(f"runs {[str(c.run) for c in curves]} share no x range to average over "
+                         f"({curves[0].x_key} from {lo} to {hi})")
+    grid = np.linspace(lo, hi, num_points)
+    values = np.stack([np.interp(grid, c.x, c.y) for c in curves])
+    mean = values.mean(axis=0)
+    if spread == "std":
+        std = values.std(axis=0)
+        return grid, mean, mean - std, mean + std
+    return grid, mean, values.min(axis=0), values.max(axis=0)
+
+
+def _config_of(run: Path) -> dict[str, Any] | None:
+    path = run / "config.json"
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, Mapping):
+        flat: dict[str, Any] = {}
+        for key, value in data.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: json.dumps(data)}
+
+
+def _show(encoded: str | None) -> str:
+    """A flattened (JSON-encoded) config value for a legend: strings unquoted, missing as '-'."""
+    if encoded is None:
+        return "-"
+    value = json.loads(encoded)
+    return value if isinstance(value, str) else encoded
+
+
+def _without_seeds(flat: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in flat.items() if k.rsplit(".", 1)[-1] != "seed"}
+
+
+def _default_groups(runs: Sequence[Path]) -> dict[str, list[Path]]:
+    """Runs with equal config.json (ignoring seed fields) form a group; labelled by what differs."""
+    keyed: dict[str, list[Path]] = {}
+    settings: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        config = _config_of(run)
+        if config is None:
+            keyed.setdefault(f"run:{run}", []).append(run)
+            continue
+        flat = _without_seeds(_flatten(config))
+        key = json.dumps(flat, sort_keys=True)
+        keyed.setdefault(key, []).append(run)
+        settings[key] = flat
+    differing = sorted({name for a in settings.values() for b in settings.values()
+                        for name in set(a) | set(b) if a.get(name) != b.get(name)})
+    labels = {}
+    for key, members in keyed.items():
+        if key not in settings:
+            labels[key] = members[0].name
+        elif differing:
+            labels[key] = ", ".join(f"{name.removeprefix('config.')}={_show(settings[key].get(name))}"
+                                    for name in differing)
+        else:
+            labels[key] = f"{len(members)} run{'s' if len(members) > 1 else ''}"
+    return {labels[key]: members for key, members in keyed.items()}
+
+
+def group_runs(runs: Sequence[str | os.PathLike[str]],
+               group_by: str | Callable[[Path], str] | None = None) -> dict[str, list[Path]]:
+    """Groups runs: by config equality up to seeds (None), by a dotted config field such as
+    `"config.learner.discount"`, or by a function of the run folder."""
+    paths = [Path(r) for r in runs]
+    if group_by is None:
+        return _default_groups(paths)
+    groups: dict[str, list[Path]] = {}
+    for run in paths:
+        if callable(group_by):
+            label = str(group_by(run))
+        else:
+            flat = _flatten(_config_of(run) or {})
+            if group_by not in flat:
+                raise KeyError(f"{run / 'config.json'} has no field {group_by!r}; fields are {sorted(flat)}")
+            label = f"{group_by.removeprefix('config.')}={_show(flat[group_by])}"
+        groups.setdefault(label, []).append(run)
+    return groups
+
+
+def plot_runs(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    *,
+    x: str = "actor_steps",
+    y: str = "episode_return",
+    label_source: str = "evaluator",
+    group_by: str | Callable[[Path], str] | None = None,
+    smoothing: int = 1,
+    spread: Literal["minmax", "std"] = "minmax",
+    num_points: int = 200,
+    title: str | None = None,
+) -> Path:
+    """Draws one mean curve (and spread band) per group of runs and saves it as a PNG at `output`.
+
+    All curves are loaded and checked before anything is drawn; a missing log or column raises an
+    error naming the file and the columns it has.
+    """
+    if not run_dirs:
+        raise ValueError("plot_runs needs at least one run directory")
+    _check_window(smoothing)
+    _check_spread(spread)
+    groups = group_runs(run_dirs, group_by)
+    curves = {label: [load_curve(r, x=x, y=y, label_source=label_source) for r in members]
+              for label, members in groups.items()}
+    x_keys = {c.x_key for cs in curves.values() for c in cs}
+    if len(x_keys) > 1:
+        raise ValueError(f"runs use different x columns {sorted(x_keys)}; pass x= explicitly")
+    aggregated = {}
+    for label, cs in curves.items():
+        smoothed = [Curve(c.run, c.x, smooth(c.y, smoothing), c.x_key) for c in cs]
+        aggregated[label] = (len(cs), aggregate_curves(smoothed, num_points=num_points, spread=spread))
+    return _draw(aggregated, Path(output), x_keys.pop(), y, title or f"{y} ({label_source})")
+
+
+def _draw(aggregated: Mapping[str, tuple[int, tuple[np.ndarray, ...]]], output: Path, x_label: str,
+          y_label: str, title: str) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7.0, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for label, (count, (grid, mean, low, high)) in aggregated.items():
+        (line,) = axes.plot(grid, mean, label=f"{label} (n={count})")
+        if count > 1:
+            axes.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    axes.set_xlabel(x_label)
+    axes.set_ylabel(y_label)
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="best", fontsize="small")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(output, buffer.getvalue())
+    return output

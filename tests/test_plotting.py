@@ -1,0 +1,121 @@
+"""Learning-curve plots: grouping by config up to seeds, smoothing, interpolation/spread, PNG, errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+
+from dmpo.config import DMPOConfig, LearnerConfig
+from dmpo.plotting import Curve, aggregate_curves, group_runs, load_curve, plot_runs, smooth
+from dmpo.runs import RunDirectory
+from dmpo.utils.logging import CSVLogger
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 0
+    agent: DMPOConfig = dataclasses.field(default_factory=DMPOConfig)
+
+
+def make_run(root: Path, name: str, discount: float, seed: int, *, steps_key: str = "actor_steps",
+             offset: float = 0.0, n: int = 20) -> Path:
+    config = TrainConfig(seed=seed, agent=DMPOConfig(learner=LearnerConfig(discount=discount)))
+    run = RunDirectory.create(root / name, config, seed=seed)
+    logger = CSVLogger(run.path, "evaluator")
+    for i in range(n):
+        logger.write({steps_key: 100 * i + 7 * seed, "episode_return": offset + i + seed})
+    logger.close()
+    return run.path
+
+
+@pytest.fixture
+def four_runs(tmp_path) -> list[Path]:
+    return [make_run(tmp_path, f"{d}-{s}", d, s, offset=10.0 * (d == 0.9))
+            for d in (0.9, 0.99) for s in (0, 1)]
+
+
+def test_plot_runs_writes_a_png(four_runs, tmp_path):
+    output = plot_runs(four_runs, tmp_path / "plots" / "curve.png", smoothing=3)
+    image = mpimg.imread(output)
+    assert image.shape[:2] == (540, 840)  # 7 x 4.5 inches at 120 dpi
+    assert image[..., :3].std() > 0.05  # something was drawn
+    output_std = plot_runs(four_runs, tmp_path / "std.png", spread="std", label_source="evaluator")
+    assert mpimg.imread(output_std).shape == image.shape
+
+
+def test_default_grouping_ignores_seeds_and_labels_by_difference(four_runs):
+    groups = group_runs(four_runs)
+    assert groups == {"agent.learner.discount=0.9": four_runs[:2],
+                      "agent.learner.discount=0.99": four_runs[2:]}
+    assert group_runs(four_runs[:2]) == {"2 runs": four_runs[:2]}
+
+
+def test_grouping_by_field_or_function(four_runs, tmp_path):
+    by_field = group_runs(four_runs, "config.seed")
+    assert by_field == {"seed=0": [four_runs[0], four_runs[2]], "seed=1": [four_runs[1], four_runs[3]]}
+    by_name = group_runs(four_runs, lambda run: run.name.split("-")[1])
+    assert list(by_name) == ["0", "1"]
+    with pytest.raises(KeyError, match="no field 'config.sed'"):
+        group_runs(four_runs, "config.sed")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert group_runs([bare]) == {"bare": [bare]}  # no config.json: its own group, named by folder
+
+
+def test_smooth_is_a_trailing_mean():
+    values = np.array([1.0, 5.0, 2.0, 8.0, 3.0])
+    expected = [np.mean(values[max(0, i - 2): i + 1]) for i in range(len(values))]
+    np.testing.assert_allclose(smooth(values, 3), expected)
+    np.testing.assert_array_equal(smooth(values, 1), values)
+    with pytest.raises(ValueError, match="smoothing window"):
+        smooth(values, 0)
+
+
+def test_aggregate_interpolates_onto_the_common_range():
+    a = Curve(Path("a"), np.array([0.0, 10.0]), np.array([0.0, 10.0]), "steps")  # y = x
+    b = Curve(Path("b"), np.array([2.0, 6.0, 12.0]), np.array([4.0, 8.0, 14.0]), "steps")  # y = x + 2
+    grid, mean, low, high = aggregate_curves([a, b], num_points=9)
+    np.testing.assert_allclose(grid, np.linspace(2.0, 10.0, 9))
+    np.testing.assert_allclose(mean, grid + 1)
+    np.testing.assert_allclose(low, grid)
+    np.testing.assert_allclose(high, grid + 2)
+    _, mean, low, high = aggregate_curves([a, b], num_points=9, spread="std")
+    np.testing.assert_allclose(high - mean, 1.0)
+    np.testing.assert_allclose(mean - low, 1.0)
+    c = Curve(Path("c"), np.array([11.0, 12.0]), np.array([0.0, 1.0]), "steps")
+    with pytest.raises(ValueError, match="share no x range"):
+        aggregate_curves([a, c])
+
+
+def test_load_curve_sorts_and_skips_blank_cells(tmp_path):
+    path = tmp_path / "logs" / "evaluator" / "logs.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text("actor_steps,episode_return,note\n20,2.0,x\n10,1.0,\n30,,y\nnan,5,z\n")
+    curve = load_curve(tmp_path)
+    np.testing.assert_array_equal(curve.x, [10.0, 20.0])
+    np.testing.assert_array_equal(curve.y, [1.0, 2.0])
+
+
+def test_missing_column_and_log_errors_name_the_file(four_runs, tmp_path):
+    csv_path = four_runs[0] / "logs" / "evaluator" / "logs.csv"
+    with pytest.raises(ValueError, match=r"logs\.csv: no column 'loss'; columns are \['actor_steps', "
+                                         r"'episode_return'\]") as info:
+        plot_runs(four_runs, tmp_path / "x.png", y="loss")
+    assert str(csv_path) in str(info.value)
+    with pytest.raises(FileNotFoundError, match=r"no 'learner' log at .*logs found: \['evaluator'\]"):
+        plot_runs(four_runs, tmp_path / "x.png", label_source="learner")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_x_falls_back_to_a_step_column(tmp_path):
+    runs = [make_run(tmp_path, f"r{s}", 0.99, s, steps_key="evaluator_steps") for s in (0, 1)]
+    with pytest.warns(UserWarning, match="using 'evaluator_steps' as x"):
+        plot_runs(runs, tmp_path / "p.png")
+    assert mpimg.imread(tmp_path / "p.png").ndim == 3
+    mixed = [runs[0], make_run(tmp_path, "other", 0.99, 2)]
+    with pytest.raises(ValueError, match="different x columns"), pytest.warns(UserWarning):
+        plot_runs(mixed, tmp_path / "q.png")
