@@ -166,3 +166,44 @@ class DMPOConfig:
     @property
     def observations_per_step(self) -> float:
         return self.batch_size / (self.samples_per_insert or self.batch_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A whole training run: task, budget, evaluation, checkpoints and the agent's config."""
+
+    env: str = "dmc:cartpole-swingup"
+    """Task name: dmc:<domain>-<task> (dm_control suite) or gym:<Id> (gymnasium)."""
+    steps: int = 100_000
+    """Environment steps to train for (the last episode is always finished)."""
+    seed: int = 0
+    """Seeds networks, acting, replay sampling and the environments."""
+    pixels: bool = False
+    """Learn from 84x84 camera frames instead of states (dm_control tasks)."""
+    action_repeat: int | None = None
+    """Environment steps per agent action (default: 1 for states, 2 for pixels)."""
+    eval_every: int = 10_000
+    """Environment steps between evaluations (checked at episode ends); 0 disables evaluation."""
+    eval_episodes: int = 5
+    """Episodes per evaluation, acting with the target policy's mean."""
+    checkpoint_every: int = 10_000
+    """Environment steps between checkpoints (taken at the next episode end); 0 only saves at the end."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (oldest deleted first)."""
+    save_replay: bool = True
+    """Store the replay contents in checkpoints, so that a resumed run continues exactly."""
+    overlap_learner: bool = False
+    """Run the learner on its own thread; the replay rate limiter then holds samples_per_insert."""
+    actors: int = 0
+    """Distributed actors on Ray; 0 trains in this process."""
+    agent: DMPOConfig = dataclasses.field(default_factory=DMPOConfig)
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.env, str) and ":" in self.env, "TrainConfig.env",
+               "a task name such as 'dmc:cartpole-swingup' or 'gym:Pendulum-v1'", self.env)
+        _positive_int(self, "steps", "keep_checkpoints")
+        for name in ("eval_every", "eval_episodes", "checkpoint_every", "actors"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value >= 0, f"TrainConfig.{name}", "an integer >= 0", value)
+        if self.action_repeat is not None:
+            _positive_int(self, "action_repeat")

@@ -1,0 +1,154 @@
+"""The `dmpo` command: `train`, `eval` and `plot`.
+
+    dmpo train --env dmc:cartpole-swingup --steps 100000 --seed 0
+    dmpo train --resume runs/20261202-120000
+    dmpo eval runs/20261202-120000 --episodes 10 --video cartpole.mp4
+    dmpo plot runs/a runs/b -o curves.png
+
+Every option of `train` comes from `dmpo.config.TrainConfig` (nested: `--agent.batch-size`,
+`--agent.learner.discount`, ...); `dmpo train --help` lists them with their defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from dmpo.config import ConfigError, TrainConfig
+
+
+def _fail(message: str) -> None:
+    print(f"dmpo: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def train(
+    config: Annotated[TrainConfig, tyro.conf.arg(name="")] = TrainConfig(),  # noqa: B008 - tyro reads it
+    run_dir: Path | None = None,
+    resume: Path | None = None,
+    progress: bool = True,
+    ray_address: str | None = None,
+) -> None:
+    """Train DMPO (single process, or on Ray with --actors N).
+
+    Args:
+      config: the run's configuration.
+      run_dir: where config, logs, checkpoints and snapshots go (default: runs/<timestamp>).
+      resume: a run directory to continue from its newest checkpoint, with its saved config.
+      progress: show a live progress line on a terminal.
+      ray_address: join this Ray cluster instead of starting a local one (with --actors).
+    """
+    from dmpo.runs import RunDirectory
+
+    if resume is not None:
+        if run_dir is not None and Path(run_dir) != Path(resume):
+            _fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
+        try:
+            config = RunDirectory.open(resume).load_config(TrainConfig)
+        except (FileNotFoundError, ConfigError) as error:
+            _fail(f"--resume {resume}: {error}")
+        run_dir = resume
+    if config.pixels:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
+    if config.actors:
+        from dmpo.distributed import run_distributed
+
+        summary = run_distributed(config, run_dir=run_dir, resume=resume is not None, ray_address=ray_address,
+                                  progress=progress)
+    else:
+        from dmpo.envs import EnvError
+        from dmpo.runners.local import train as train_locally
+
+        try:
+            summary = train_locally(config, run_dir, resume=resume is not None, progress=progress)
+        except (EnvError, FileNotFoundError, FileExistsError) as error:
+            _fail(str(error))
+    last = summary.get("last_eval") or {}
+    print(f"finished: {summary['env_steps']} env steps, run directory {summary['run_dir']}"
+          + (f", last evaluation return {last['return_mean']:.1f}" if "return_mean" in last else ""))
+
+
+def evaluate(
+    target: tyro.conf.Positional[Path],
+    episodes: int = 10,
+    video: Path | None = None,
+    seed: int = 0,
+    env: str | None = None,
+) -> None:
+    """Evaluate a policy snapshot (or a run directory's) with the policy mean.
+
+    Args:
+      target: a run directory or a snapshot file (snapshots/policy.msgpack).
+      episodes: episodes to run.
+      video: write the first episode to this .mp4 or .gif file.
+      seed: environment seed.
+      env: task name (default: the one the snapshot was trained on).
+    """
+    if episodes < 1:
+        _fail(f"--episodes must be a positive integer, got {episodes}")
+    from dmpo.envs import make
+    from dmpo.runners.environment_loop import evaluate as run_evaluation
+    from dmpo.snapshot import SnapshotError, load_policy
+
+    try:
+        policy = load_policy(target)
+    except SnapshotError as error:
+        _fail(str(error))
+    meta = policy.metadata
+    name = env or meta.get("env")
+    if not name:
+        _fail("the snapshot does not name its environment; pass --env")
+    if meta.get("pixels"):
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    environment = make(name, seed=seed, pixels=bool(meta.get("pixels")),
+                       action_repeat=meta.get("action_repeat"))
+    result = run_evaluation(environment, policy, episodes, video_path=video)
+    print(f"{name}: return {result['return_mean']:.1f} ± {result['return_std']:.1f} "
+          f"(min {result['return_min']:.1f}, max {result['return_max']:.1f}) over {episodes} episodes, "
+          f"mean length {result['length_mean']:.0f}")
+    if video is not None:
+        print(f"video: {video}")
+
+
+def plot(
+    runs: tyro.conf.Positional[tuple[Path, ...]],
+    output: Annotated[Path, tyro.conf.arg(aliases=("-o",))] = Path("curves.png"),
+    x: str = "actor_steps",
+    y: str | None = None,
+    label: str = "evaluator",
+) -> None:
+    """Plot learning curves of one or more runs (seeds of one config are averaged, spread shaded).
+
+    Args:
+      runs: run directories.
+      output: PNG file to write.
+      x: column for the x axis.
+      y: column for the y axis (default: return_mean for the evaluator, episode_return otherwise).
+      label: which log to read: evaluator or environment_loop.
+    """
+    from dmpo.plotting import plot_runs
+
+    if not runs:
+        _fail("give at least one run directory")
+    y = y or ("return_mean" if label == "evaluator" else "episode_return")
+    try:
+        path = plot_runs(list(runs), output, x=x, y=y, label_source=label)
+    except (FileNotFoundError, ValueError, KeyError) as error:
+        _fail(str(error))
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    tyro.extras.subcommand_cli_from_dict(
+        {"train": train, "eval": evaluate, "plot": plot},
+        args=argv,
+        description="Distributional MPO (DMPO) for continuous control.",
+    )
+
+
+if __name__ == "__main__":
+    main()

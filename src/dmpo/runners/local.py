@@ -1,0 +1,257 @@
+"""Training DMPO in one process: environment loop, evaluation, logs, checkpoints, snapshots, resume.
+
+`train(config, run_dir)` is what `dmpo train` runs. The run directory (`dmpo.runs`) receives the
+config, CSV/TensorBoard logs (`environment_loop`, `evaluator`, `learner`), checkpoints and the policy
+snapshot. `train(..., resume=True)` continues from the newest checkpoint.
+
+Exact resume. A checkpoint is taken at an episode end, so the n-step adder holds nothing. The
+training environment is re-created from `(seed, episode index)` at the start of every segment between
+checkpoints, in a fresh run and in a resumed one alike, so the environment's own randomness does not
+need saving. With the synchronous learner, a run resumed from a checkpoint then repeats the
+uninterrupted run exactly (tested). A Ctrl-C writes a final checkpoint in the middle of an episode;
+resuming from that one continues training but starts a new episode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dm_env
+import jax
+import numpy as np
+
+from dmpo.agent import DMPO
+from dmpo.config import ConfigError, TrainConfig
+from dmpo.envs import make
+from dmpo.networks import DMPONetworks
+from dmpo.runners.checkpoints import TrainingCheckpoints
+from dmpo.runners.environment_loop import EnvironmentLoop, evaluate
+from dmpo.runs import RunDirectory, new_run_path
+from dmpo.snapshot import save_policy
+from dmpo.types import EnvironmentSpec, make_environment_spec
+from dmpo.utils.counting import Counter
+from dmpo.utils.logging import make_logger
+from dmpo.utils.progress import Progress
+
+EnvironmentFactory = Callable[[int], dm_env.Environment]  # seed -> environment
+
+_EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
+
+
+def environment_factory(config: TrainConfig) -> EnvironmentFactory:
+    def factory(seed: int) -> dm_env.Environment:
+        return make(config.env, seed=seed, pixels=config.pixels, action_repeat=config.action_repeat)
+
+    return factory
+
+
+def segment_seed(seed: int, episode_index: int) -> int:
+    """Environment seed for the segment that starts at `episode_index` (see module docstring)."""
+    return int(np.random.SeedSequence([seed, episode_index]).generate_state(1)[0])
+
+
+class LocalTrainer:
+    """Owns one single-process training run; `run()` trains to `config.steps` environment steps."""
+
+    def __init__(self, config: TrainConfig, run: RunDirectory, *, resume: bool = False,
+                 env_factory: EnvironmentFactory | None = None, networks: DMPONetworks | None = None,
+                 progress: bool = True, quiet: bool = False) -> None:
+        self.config = config
+        self.run_dir = run
+        self.env_factory = env_factory or environment_factory(config)
+        self.progress_enabled = progress and not quiet
+        self._quiet = quiet
+        probe = self.env_factory(config.seed)
+        self.spec: EnvironmentSpec = make_environment_spec(probe)
+        close = getattr(probe, "close", None)
+        if close is not None:
+            close()
+
+        path = run.path
+        self.counter = Counter(time_delta=0.0)
+        self.actor_counter = Counter(self.counter, prefix="actor", time_delta=0.0)
+        self.learner_counter = Counter(self.counter, prefix="learner", time_delta=0.0)
+        self.eval_counter = Counter(self.counter, prefix="evaluator", time_delta=0.0)
+        self.loop_logger = make_logger("environment_loop", path, time_delta=0.0,
+                                       terminal=not progress and not quiet, step_key="actor_steps")
+        self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=not quiet,
+                                       step_key="actor_steps")
+        self.learner_logger = make_logger("learner", path, time_delta=1.0, terminal=False,
+                                          step_key="learner_steps")
+        self.agent = DMPO(self.spec, config.agent, networks=networks, seed=config.seed,
+                          logger=self.learner_logger, counter=self.learner_counter,
+                          overlap_learner=config.overlap_learner)
+        self.checkpoints = TrainingCheckpoints(run.checkpoints_dir, keep=config.keep_checkpoints)
+        self.episodes = 0
+        self.evaluations = 0
+        self.last_eval: dict[str, Any] | None = None
+        self._last_eval_step = -1
+        self.next_checkpoint = config.checkpoint_every or None
+        self.next_eval = config.eval_every or None
+        if resume:
+            self._restore()
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        counts = self.counter.get_counts()
+        return {
+            "counters": self.counter.state_dict(),
+            "children": {name: c.state_dict() for name, c in self._children().items()},
+            "num_observations": self.agent.num_observations,
+            "num_actions": self.agent.actor.num_actions,
+            "episodes": self.episodes,
+            "evaluations": self.evaluations,
+            "env_steps": int(counts.get("actor_steps", 0)),
+            "learner_steps": int(counts.get("learner_steps", 0)),
+            "mid_episode": False,
+        }
+
+    def _children(self) -> dict[str, Counter]:
+        return {"actor": self.actor_counter, "learner": self.learner_counter, "evaluator": self.eval_counter}
+
+    def save_checkpoint(self, mid_episode: bool = False) -> Path:
+        with self.agent.pause():
+            state = {**self._state(), "mid_episode": mid_episode}
+            table = self.agent.table if self.config.save_replay else None
+            return self.checkpoints.save(state["env_steps"], self.agent.learner.save_state(), state, table)
+
+    def _restore(self) -> None:
+        latest = self.checkpoints.latest()
+        if latest is None:
+            raise FileNotFoundError(f"cannot resume: no checkpoint in {self.checkpoints.directory}")
+        learner_state, state, replay = TrainingCheckpoints.load(latest, self.agent.learner.save_state())
+        self.agent.learner.restore_state(learner_state)
+        if replay is not None:
+            self.agent.table.load(replay)
+        self.counter.load_state_dict(state["counters"])
+        for name, child in self._children().items():
+            child.load_state_dict(state["children"][name])
+        self.agent.num_observations = state["num_observations"]
+        self.agent.actor.num_actions = state["num_actions"]
+        self.agent.actor.update(wait=True)
+        self.episodes = state["episodes"]
+        self.evaluations = state["evaluations"]
+        steps = state["env_steps"]
+        if self.config.checkpoint_every:
+            self.next_checkpoint = (steps // self.config.checkpoint_every + 1) * self.config.checkpoint_every
+        if self.config.eval_every:
+            self.next_eval = (steps // self.config.eval_every + 1) * self.config.eval_every
+        self.run_dir.mark_resumed()
+
+    # -- evaluation and snapshots ---------------------------------------------------------------
+    def evaluate(self) -> dict[str, Any]:
+        """Runs `eval_episodes` episodes with the target policy's mean; logs and snapshots it."""
+        params = jax.device_put(self.agent.learner.policy_params())
+        mean_fn = self._mean_fn()
+        env = self.env_factory(segment_seed(self.config.seed + _EVAL_SEED_OFFSET, self.evaluations))
+        result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
+        self.evaluations += 1
+        eval_steps = int(round(result["length_mean"] * self.config.eval_episodes))
+        counts = self.eval_counter.increment(episodes=self.config.eval_episodes, steps=eval_steps)
+        row = {**{k: v for k, v in result.items() if np.isscalar(v)}, **self.counter.get_counts(), **counts}
+        self.eval_logger.write(row)
+        self.save_snapshot()
+        self.last_eval = row
+        self._last_eval_step = self.env_steps()
+        return row
+
+    def _mean_fn(self) -> Any:
+        if not hasattr(self, "_cached_mean_fn"):
+            from dmpo.acting import make_policy_fns
+
+            self._cached_mean_fn = make_policy_fns(self.agent.networks)[1]
+        return self._cached_mean_fn
+
+    def save_snapshot(self) -> Path:
+        counts = self.counter.get_counts()
+        return save_policy(self.run_dir.snapshots_dir / "policy.msgpack", self.spec,
+                           self.config.agent.networks, self.agent.learner.policy_params(),
+                           metadata={"env": self.config.env, "pixels": self.config.pixels,
+                                     "action_repeat": self.config.action_repeat,
+                                     "actor_steps": int(counts.get("actor_steps", 0)),
+                                     "learner_steps": int(counts.get("learner_steps", 0))})
+
+    # -- the loop -------------------------------------------------------------------------------
+    def env_steps(self) -> int:
+        return int(self.counter.get_counts().get("actor_steps", 0))
+
+    def run(self) -> dict[str, Any]:
+        config = self.config
+        with Progress(config.steps, enabled=self.progress_enabled) as progress:
+            self._progress = progress
+            try:
+                while self.env_steps() < config.steps:
+                    self._run_segment()
+                    if self.next_checkpoint is not None and self.env_steps() >= self.next_checkpoint:
+                        self.save_checkpoint()
+                        self.next_checkpoint += config.checkpoint_every
+                if config.eval_every and self._last_eval_step != self.env_steps():
+                    self.evaluate()
+                self.save_snapshot()
+                self.save_checkpoint()
+            except KeyboardInterrupt:
+                self.save_checkpoint(mid_episode=True)
+                self.run_dir.set_status("interrupted")
+                raise
+            except BaseException:
+                self.run_dir.set_status("failed")
+                raise
+            finally:
+                self.agent.close()
+                for logger in (self.loop_logger, self.eval_logger, self.learner_logger):
+                    logger.close()
+        self.run_dir.set_status("finished")
+        return {"env_steps": self.env_steps(), "episodes": self.episodes, "last_eval": self.last_eval,
+                "counts": self.counter.get_counts(), "run_dir": str(self.run_dir.path)}
+
+    def _segment_done(self) -> bool:
+        steps = self.env_steps()
+        checkpoint_due = self.next_checkpoint is not None and steps >= self.next_checkpoint
+        return steps >= self.config.steps or checkpoint_due
+
+    def _run_segment(self) -> None:
+        env = self.env_factory(segment_seed(self.config.seed, self.episodes))
+        loop = EnvironmentLoop(env, self.agent, self.actor_counter, self.loop_logger,
+                               should_stop=self._segment_done, on_episode_end=self._on_episode_end)
+        try:
+            loop.run()
+        finally:
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+
+    def _on_episode_end(self, row: dict[str, Any]) -> None:
+        self.episodes += 1
+        counts = self.counter.get_counts()
+        self._progress.update(env_steps=int(counts.get("actor_steps", 0)), episodes=self.episodes,
+                              last_return=float(np.sum(row["episode_return"])),
+                              learner_steps=int(counts.get("learner_steps", 0)))
+        if self.next_eval is not None and self.env_steps() >= self.next_eval:
+            self.evaluate()
+            self.next_eval += self.config.eval_every
+
+
+def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: bool = False,
+          env_factory: EnvironmentFactory | None = None, networks: DMPONetworks | None = None,
+          progress: bool = True, quiet: bool = False) -> dict[str, Any]:
+    """Trains in this process; returns a summary (env steps, episodes, last evaluation, counts, run dir)."""
+    if config.actors:
+        raise ConfigError("TrainConfig.actors must be 0 for single-process training; use dmpo.distributed")
+    if resume:
+        if run_dir is None:
+            raise ValueError("resume=True needs the run directory to resume")
+        run = RunDirectory.open(run_dir)
+    else:
+        run = RunDirectory.create(run_dir or new_run_path(), config, seed=config.seed)
+    trainer = LocalTrainer(config, run, resume=resume, env_factory=env_factory, networks=networks,
+                           progress=progress, quiet=quiet)
+    start = time.monotonic()
+    summary = trainer.run()
+    summary["wall_seconds"] = time.monotonic() - start
+    return summary
+
+
+__all__ = ["LocalTrainer", "environment_factory", "segment_seed", "train"]
