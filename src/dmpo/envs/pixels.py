@@ -119,7 +119,11 @@ class PixelObservationWrapper(EnvironmentWrapper):
         self._camera_data = None
         self._spec = specs.Array((self._size, self._size, 3), np.uint8, name="pixels")
 
-    def _fast_camera(self):
+    @property
+    def camera(self):
+        """The reused `dm_control.mujoco.Camera` of the fast path (built on first use); None if not fast."""
+        if not self._fast:
+            return None
         from dm_control.mujoco import Camera
 
         physics = self._environment.physics
@@ -135,7 +139,7 @@ class PixelObservationWrapper(EnvironmentWrapper):
     def render(self) -> np.ndarray:
         """The current camera image, a fresh `uint8 [S, S, 3]` array."""
         if self._fast:
-            return np.array(self._fast_camera().render(), copy=True)
+            return np.array(self.camera.render(), copy=True)
         return self._environment.physics.render(self._size, self._size, camera_id=self._camera_id)
 
     def observation_spec(self) -> specs.Array:
