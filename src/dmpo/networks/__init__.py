@@ -1,0 +1,43 @@
+"""Flax networks of the DMPO agent: observation torso, Gaussian policy, categorical critic (spec §4).
+
+Pixel torsos live in `dmpo.networks.torsos` and are imported only when pixel networks are built.
+"""
+
+from dmpo.networks.critic import Critic, EmbeddingProjection
+from dmpo.networks.factories import (
+    DMPONetworks,
+    Params,
+    Policy,
+    PolicyParams,
+    dummy_observation,
+    init_params,
+    make_control_networks,
+    make_networks,
+    make_pixel_networks,
+    pixel_network_config,
+)
+from dmpo.networks.heads import CategoricalValueHead, GaussianPolicyHead, make_support, support_atoms
+from dmpo.networks.mlp import MLP, BatchFlatten, LayerNormMLP, batch_concat
+
+__all__ = [
+    "MLP",
+    "BatchFlatten",
+    "CategoricalValueHead",
+    "Critic",
+    "DMPONetworks",
+    "EmbeddingProjection",
+    "GaussianPolicyHead",
+    "LayerNormMLP",
+    "Params",
+    "Policy",
+    "PolicyParams",
+    "batch_concat",
+    "dummy_observation",
+    "init_params",
+    "make_control_networks",
+    "make_networks",
+    "make_pixel_networks",
+    "make_support",
+    "pixel_network_config",
+    "support_atoms",
+]

@@ -1,0 +1,61 @@
+"""The distributional critic: `(embedding, action) → logits [B, A]` (spec §4.1, §4.2, §4.4).
+
+The action is clipped to the action spec's bounds before it is used, so the critic never
+extrapolates on out-of-bound sampled actions; it is cast to the embedding's dtype and concatenated
+with the (optionally projected) embedding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from dmpo.networks.heads import CategoricalValueHead
+from dmpo.networks.mlp import LAYER_NORM_EPSILON, Initializer, batch_concat, default_mlp_init
+
+
+class EmbeddingProjection(nn.Module):
+    """`Dense(size) → LayerNorm → tanh`: the DrQ-v2 critic's own layer on the shared embedding."""
+
+    size: int
+    kernel_init: Initializer = default_mlp_init
+
+    @nn.compact
+    def __call__(self, embedding: jax.Array) -> jax.Array:
+        x = nn.Dense(self.size, kernel_init=self.kernel_init)(batch_concat(embedding))
+        return jnp.tanh(nn.LayerNorm(epsilon=LAYER_NORM_EPSILON)(x))
+
+
+class Critic(nn.Module):
+    """`head(torso(concat(projection(embedding), clip(action))))`.
+
+    Attributes:
+      torso: the MLP after the concatenation (a `LayerNormMLP` for state and IMPALA networks, a plain
+        ReLU `MLP` for DrQ-v2).
+      head: the categorical value head.
+      action_minimum, action_maximum: per-dimension bounds `[D]` of the action spec.
+      projection: optional module applied to the embedding before the concatenation (DrQ-v2).
+    """
+
+    torso: nn.Module
+    head: CategoricalValueHead
+    action_minimum: Sequence[float]
+    action_maximum: Sequence[float]
+    projection: nn.Module | None = None
+
+    @nn.compact
+    def __call__(self, embedding: jax.Array, action: jax.Array) -> jax.Array:
+        if self.projection is not None:
+            embedding = self.projection(embedding)
+        embedding = batch_concat(embedding)
+        action_dim = len(self.action_minimum)
+        if jnp.shape(action) != (embedding.shape[0], action_dim):
+            raise ValueError(f"action must have shape [B, D] = {(embedding.shape[0], action_dim)}, "
+                             f"got {jnp.shape(action)}")
+        low = jnp.asarray(self.action_minimum, dtype=action.dtype)
+        high = jnp.asarray(self.action_maximum, dtype=action.dtype)
+        action = jnp.clip(action, low, high).astype(embedding.dtype)
+        return self.head(self.torso(jnp.concatenate([embedding, action], axis=-1)))
