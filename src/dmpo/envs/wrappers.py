@@ -92,6 +92,7 @@ class CanonicalActionWrapper(EnvironmentWrapper):
         if np.any(low > high):
             raise EnvError(f"action minimum must not exceed maximum, got minimum={low} maximum={high}")
         self._low, self._high, self._inner_dtype = low, high, inner.dtype
+        self._half_low, self._half_high = 0.5 * low, 0.5 * high  # halving is exact in binary
         self._spec = specs.BoundedArray(
             shape=inner.shape, dtype=np.float32, minimum=-1.0, maximum=1.0, name=inner.name or "action"
         )
@@ -104,10 +105,10 @@ class CanonicalActionWrapper(EnvironmentWrapper):
         action = np.asarray(action, dtype=np.float64)
         if action.shape != self._spec.shape:
             raise EnvError(f"action must have shape {self._spec.shape}, got shape {action.shape}")
-        if np.any(np.isnan(action)):
+        if np.isnan(action).any():
             raise EnvError(f"action contains NaN: {action}")
         unit = np.clip(action, -1.0, 1.0)
-        mapped = self._low * (0.5 * (1.0 - unit)) + self._high * (0.5 * (1.0 + unit))
+        mapped = self._half_low * (1.0 - unit) + self._half_high * (1.0 + unit)
         return np.clip(mapped, self._low, self._high).astype(self._inner_dtype)
 
     def step(self, action) -> dm_env.TimeStep:
