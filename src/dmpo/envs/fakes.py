@@ -17,7 +17,7 @@ from dmpo.envs.errors import EnvError, check_positive_int
 
 
 def _shape(value, name: str) -> tuple[int, ...]:
-    shape = tuple(value)
+    shape = tuple(value.shape if isinstance(value, specs.Array) else value)
     if not all(isinstance(size, (int, np.integer)) and size >= 0 for size in shape):
         raise EnvError(f"{name} must be a tuple of non-negative integers, got {value!r}")
     return tuple(int(size) for size in shape)
@@ -41,8 +41,8 @@ class FakeEnvironment(dm_env.Environment):
     if `terminate` else 1 (a truncation); every other step is MID with discount 1.
 
     Args:
-      observation_shape: shape of an array observation, or a mapping name → shape for a dict
-        observation.
+      observation_shape: shape of an array observation, or a mapping name → shape (or name →
+        dm_env spec, whose shape is used) for a dict observation. Values are always float32.
       action_dim: D, the action spec is float32 `[D]` within `action_bounds`.
       episode_length: steps per episode (≥ 1).
       terminate: end episodes by termination (discount 0) instead of truncation (discount 1).

@@ -61,7 +61,7 @@ def observation_spec_of(space: gymnasium.Space, name: str = "observation") -> Ne
 def _convert_observation(space: gymnasium.Space, value) -> NestedArray:
     if isinstance(space, spaces.Dict):
         return {key: _convert_observation(sub, value[key]) for key, sub in space.spaces.items()}
-    return np.asarray(value, dtype=_observation_dtype(space))
+    return np.array(value, dtype=_observation_dtype(space), copy=True)  # never alias the env's buffers
 
 
 class GymnasiumEnvironment(dm_env.Environment):

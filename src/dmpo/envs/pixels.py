@@ -8,28 +8,30 @@ action repeat 2 and F = 3 one observation holds the last three control-step fram
 step shifts the stack by two frames.
 
 Headless rendering: dm_control picks its OpenGL backend once, when `dm_control` (precisely
-`dm_control._render`) is first imported, from the `MUJOCO_GL` environment variable; importing plain
-`mujoco` earlier does not matter. `prepare_headless_rendering` therefore does
-`os.environ.setdefault("MUJOCO_GL", "egl")` and must run before the first dm_control import;
-`make` calls it before loading a pixel task. If dm_control was already imported without it (for
-instance by a state task made earlier in the process) it will have picked GLFW, which fails without
-a display; `PixelObservationWrapper` then raises `EnvError` saying to set `MUJOCO_GL=egl` in the
-environment. EGL needs no extra package here (software llvmpipe); `MUJOCO_GL=osmesa` also works
-when `libosmesa6` is installed.
+`dm_control._render`) is first imported, from the `MUJOCO_GL` environment variable. Importing plain
+`mujoco`, or making a gymnasium MuJoCo env, before that does not matter (both checked).
+`prepare_headless_rendering` does `os.environ.setdefault("MUJOCO_GL", "egl")`, and `make` calls it
+before it loads a pixel task; it only has an effect if dm_control has not been imported yet. If
+dm_control was imported earlier without `MUJOCO_GL` (e.g. by a state task made first in the same
+process) it picked GLFW, which fails without a display: `PixelObservationWrapper` then raises an
+`EnvError` that says to set `MUJOCO_GL=egl` in the environment before anything imports dm_control.
+EGL works here with no extra package (software llvmpipe). State tasks leave `MUJOCO_GL` alone.
 
 Fast render settings (`fast=True`, used by `make`). dm_control's defaults render into a 640×480
-multisampled framebuffer with a 2048² shadow map, reflections and a skybox — ≈ 30 ms per 84×84
-frame in software. We set, before the rendering context is created:
+multisampled framebuffer with a 2048² shadow map, reflections and a skybox. We set, before the
+rendering context is created:
 
 * `model.vis.global_.offwidth = offheight = S` (offscreen buffer the size of the image),
 * `model.vis.quality.offsamples = 0` (no multisample anti-aliasing),
 
 and on the camera's scene turn off `mjtRndFlag.mjRND_SHADOW`, `mjRND_REFLECTION` and
-`mjRND_SKYBOX` (background becomes black; bodies and floor look the same otherwise). One
-`dm_control.mujoco.Camera` is built once and reused every frame instead of `physics.render`'s
-new camera and scene per call. Measured ≈ 1.1–1.8 ms per frame against ≈ 28–31 ms
-(benchmarks/pixels_env.py). The images therefore differ from Acme's (no shadows, reflections or
-sky); `fast=False` reproduces dm_control's default `physics.render(S, S, camera_id)` exactly.
+`mjRND_SKYBOX` (the background becomes black; bodies and floor are drawn as before, minus shadows
+and reflections). One `dm_control.mujoco.Camera` is built once and reused for every frame, instead
+of `physics.render`'s new camera and scene per call. On this project's 2-core CPU (quiet), the
+84×84 render call alone took ≈ 1.1–1.8 ms per frame against ≈ 28–31 ms with the defaults
+(cartpole, walker, cheetah); benchmarks/pixels_env.py measures whole environment steps. The
+images therefore differ from Acme's; `fast=False` renders exactly as dm_control's default
+`physics.render(S, S, camera_id=...)` does.
 """
 
 from __future__ import annotations
