@@ -75,6 +75,10 @@ class LocalTrainer:
         self.actor_counter = Counter(self.counter, prefix="actor", time_delta=0.0)
         self.learner_counter = Counter(self.counter, prefix="learner", time_delta=0.0)
         self.eval_counter = Counter(self.counter, prefix="evaluator", time_delta=0.0)
+        # Every count key exists from the first log row on (CSV columns are fixed by the first row).
+        self.actor_counter.increment(steps=0, episodes=0)
+        self.learner_counter.increment(steps=0, walltime=0.0)
+        self.eval_counter.increment(steps=0, episodes=0)
         self.loop_logger = make_logger("environment_loop", path, time_delta=0.0,
                                        terminal=not progress and not quiet, step_key="actor_steps")
         self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=not quiet,

@@ -1,0 +1,16 @@
+"""Test-wide settings: headless rendering and a persistent XLA compilation cache.
+
+Many tests build small learners whose jitted update has the same HLO; the on-disk cache lets each
+shape compile once per machine instead of once per test.
+"""
+
+import os
+import pathlib
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import jax  # noqa: E402
+
+_CACHE = pathlib.Path(os.environ.get("DMPO_TEST_JAX_CACHE", pathlib.Path.home() / ".cache" / "dmpo-test-xla"))
+jax.config.update("jax_compilation_cache_dir", str(_CACHE))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

@@ -1,0 +1,175 @@
+"""The single-process agent: learner-step schedule, a fast learning run, exact resume."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from dmpo.agent import DMPO, learner_steps_due
+from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
+from dmpo.envs import FakeEnvironment, ReachTarget
+from dmpo.runners.environment_loop import EnvironmentLoop
+from dmpo.runners.local import train
+from dmpo.types import make_environment_spec
+from dmpo.utils.counting import Counter
+from dmpo.utils.logging import NoOpLogger
+
+TINY_NETWORKS = NetworkConfig(policy_layer_sizes=(16,), critic_layer_sizes=(16,), vmin=-10.0, vmax=10.0,
+                              num_atoms=11)
+
+
+def tiny_config(**overrides) -> DMPOConfig:
+    base = dict(batch_size=10, samples_per_insert=2.0, min_replay_size=10, max_replay_size=1000, n_step=2,
+                learner=LearnerConfig(num_samples=3), networks=TINY_NETWORKS)
+    base.update(overrides)
+    return DMPOConfig(**base)
+
+
+def reference_schedule(num_observations: int, min_observations: int, ops: float) -> int:
+    """Spec §3 restated independently: whole learner steps due after observation `num_observations`."""
+    if num_observations < min_observations:
+        return 0
+    if ops > 1:
+        period = int(ops)  # the reference truncates fractional ratios
+        return 1 if (num_observations - min_observations) % period == 0 else 0
+    return int(1 / ops)
+
+
+@pytest.mark.parametrize("ops", [8.0, 5.0, 2.5, 1.0, 0.4, 0.5, 0.3])
+def test_learner_step_schedule_matches_spec(ops):
+    for n in range(0, 200):
+        assert learner_steps_due(n, 50, ops) == reference_schedule(n, 50, ops), (n, ops)
+
+
+def test_fractional_ratios_truncate_like_the_reference():
+    due = [learner_steps_due(n, 0, 2.5) for n in range(10)]
+    assert due == [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]  # 2.5 -> every 2 observations
+    assert {learner_steps_due(n, 0, 0.4) for n in range(10)} == {2}  # 1/0.4 = 2.5 -> 2 per observation
+
+
+@pytest.mark.parametrize(
+    "batch_size, spi, expected_at",
+    [
+        (10, 2.0, [10, 15, 20]),  # Acme's own test: ops 5, first step at min_observations = 10
+        (5, 2.0, [10, 12, 14, 16, 18, 20]),  # ops 2.5 truncated to 2
+    ],
+)
+def test_agent_runs_learner_steps_on_schedule(batch_size, spi, expected_at):
+    env = FakeEnvironment(observation_shape=(1,), action_dim=1, episode_length=10, seed=1)
+    counter = Counter(time_delta=0.0)
+    config = tiny_config(batch_size=batch_size, samples_per_insert=spi, min_replay_size=10)
+    agent = DMPO(make_environment_spec(env), config, seed=0, counter=counter)
+    steps_at = []
+
+    class Recorder:
+        def select_action(self, observation):
+            return agent.select_action(observation)
+
+        def observe_first(self, timestep):
+            agent.observe_first(timestep)
+
+        def observe(self, action, next_timestep):
+            agent.observe(action, next_timestep)
+
+        def update(self, wait=False):
+            before = counter.get_counts().get("steps", 0)
+            agent.update()
+            after = counter.get_counts().get("steps", 0)
+            steps_at.extend([agent.num_observations] * (after - before))
+
+    EnvironmentLoop(env, Recorder(), logger=NoOpLogger()).run(num_episodes=2)
+    assert steps_at == expected_at
+
+
+def test_two_learner_steps_per_observation_when_ratio_below_one():
+    env = FakeEnvironment(observation_shape=(1,), action_dim=1, episode_length=5, seed=1)
+    counter = Counter(time_delta=0.0)
+    config = tiny_config(batch_size=4, samples_per_insert=10.0, min_replay_size=4)  # ops 0.4
+    agent = DMPO(make_environment_spec(env), config, seed=0, counter=counter)
+    EnvironmentLoop(env, agent, logger=NoOpLogger()).run(num_episodes=2)
+    assert counter.get_counts()["steps"] == 2 * (10 - 4 + 1)
+
+
+def test_acting_uses_online_policy_and_stores_raw_samples():
+    env = FakeEnvironment(observation_shape=(2,), action_dim=2, episode_length=6, seed=3)
+    agent = DMPO(make_environment_spec(env), tiny_config(min_replay_size=10), seed=0)
+    EnvironmentLoop(env, agent, logger=NoOpLogger()).run(num_episodes=1)
+    assert agent.table.stats().size == 6 + 2 - 1  # T + n - 1 items for T >= n
+    online = agent.learner.online_policy_params()
+    restored = agent.actor._params  # the actor acts with the learner's online parameters
+    for a, b in zip(jax.tree_util.tree_leaves(online), jax.tree_util.tree_leaves(restored), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_same_seed_gives_identical_learning():
+    def run(seed):
+        env = FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10, seed=5)
+        counter = Counter(time_delta=0.0)
+        agent = DMPO(make_environment_spec(env), tiny_config(), seed=seed, counter=counter)
+        EnvironmentLoop(env, agent, logger=NoOpLogger()).run(num_episodes=3)
+        return jax.tree_util.tree_leaves(agent.learner.save_state())
+
+    first, second, other = run(0), run(0), run(1)
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+def reach_config(steps: int) -> TrainConfig:
+    agent = DMPOConfig(
+        batch_size=64, samples_per_insert=64.0, min_replay_size=200, max_replay_size=20_000, n_step=3,
+        learner=LearnerConfig(num_samples=8, policy_learning_rate=1e-3, critic_learning_rate=1e-3,
+                              target_policy_update_period=25, target_critic_update_period=25),
+        networks=NetworkConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), vmin=-5.0, vmax=25.0,
+                               num_atoms=31, init_scale=0.5),
+    )
+    return TrainConfig(env="test:reach", steps=steps, seed=0, eval_every=steps, eval_episodes=1,
+                       checkpoint_every=0, agent=agent)
+
+
+def test_agent_learns_reach_target(tmp_path):
+    env_factory = lambda seed: ReachTarget()  # noqa: E731
+    summary = train(reach_config(3000), tmp_path / "run", env_factory=env_factory, progress=False, quiet=True)
+    optimum, standing_still = ReachTarget().optimal_return(), 10.0
+    final = summary["last_eval"]["return_mean"]
+    # A random-init policy scores about standing still; the trained mean policy must get most of the way.
+    assert final > standing_still + 0.6 * (optimum - standing_still), summary["last_eval"]
+
+
+def test_resume_after_kill_continues_exactly(tmp_path):
+    env_factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1,  # noqa: E731
+                                               episode_length=10, seed=seed % 1000)
+    config = dataclasses.replace(reach_config(300), checkpoint_every=150, keep_checkpoints=5,
+                                 agent=tiny_config(min_replay_size=20, max_replay_size=500))
+    # Uninterrupted run.
+    train(config, tmp_path / "full", env_factory=env_factory, progress=False, quiet=True)
+    # A run "killed" after its first checkpoint: copy the full run and drop everything after step 150.
+    import shutil
+
+    from dmpo.runners.checkpoints import TrainingCheckpoints
+
+    shutil.copytree(tmp_path / "full", tmp_path / "killed")
+    killed = TrainingCheckpoints(tmp_path / "killed" / "checkpoints")
+    for step in killed.steps():
+        if step > 150:
+            shutil.rmtree(killed.directory / f"step_{step:012d}")
+    assert killed.steps() == [150]
+    train(config, tmp_path / "killed", resume=True, env_factory=env_factory, progress=False, quiet=True)
+
+    full = TrainingCheckpoints(tmp_path / "full" / "checkpoints")
+    resumed = TrainingCheckpoints(tmp_path / "killed" / "checkpoints")
+    assert full.steps()[-1] == resumed.steps()[-1] == 300
+    template = DMPO(make_environment_spec(env_factory(0)), config.agent, seed=0).learner.save_state()
+    state_full, meta_full, _ = TrainingCheckpoints.load(full.latest(), template)
+    state_resumed, meta_resumed, _ = TrainingCheckpoints.load(resumed.latest(), template)
+    def counts(meta):  # wall-clock time is the one count that legitimately differs
+        return {k: v for k, v in meta["counters"]["counts"].items() if "walltime" not in k}
+
+    assert counts(meta_full) == counts(meta_resumed)
+    assert meta_full["num_actions"] == meta_resumed["num_actions"]
+    for a, b in zip(jax.tree_util.tree_leaves(state_full), jax.tree_util.tree_leaves(state_resumed),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
