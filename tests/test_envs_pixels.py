@@ -90,6 +90,8 @@ def test_bad_pixel_arguments():
         make("dmc:cartpole-swingup", pixels=True, frame_stack=0, image_size=SIZE)
     with pytest.raises(EnvError, match="image_size"):
         make("dmc:cartpole-swingup", pixels=True, image_size=0)
+    with pytest.raises(EnvError, match="camera_id"):
+        make("dmc:cartpole-swingup", pixels=True, camera_id=-2)
 
 
 def test_dm_control_imported_without_a_headless_backend_gives_a_clear_error():

@@ -89,6 +89,11 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
     if action_repeat is None:
         action_repeat = _PIXEL_ACTION_REPEAT if pixels else 1
     action_repeat = check_positive_int(action_repeat, "action_repeat")
+    if pixels:  # checked before anything loads (camera_id's upper bound needs the model: checked later)
+        frame_stack = check_positive_int(frame_stack, "frame_stack")
+        image_size = check_positive_int(image_size, "image_size")
+        if isinstance(camera_id, bool) or not isinstance(camera_id, (int, np.integer)) or camera_id < -1:
+            raise EnvError(f"camera_id must be an integer >= -1 (-1 is the free camera), got {camera_id!r}")
 
     if prefix == "dmc":
         environment = _load_dm_control(task, seed, pixels, frame_stack, image_size, camera_id)
