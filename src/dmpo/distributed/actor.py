@@ -1,0 +1,100 @@
+"""An acting node: its own environment and seed, the target policy, experience to replay (spec §7.2).
+
+Per step: `select_action` with the behaviour policy (a Gaussian sample) → environment step →
+n-step adder → `BatchedWriter` → `RemoteReplayWriter` (one remote call per batch, bounded in flight,
+so the rate limiter's backpressure stops this loop) → `actor.update()` → the variable client, which
+fetches the learner's target policy every `variable_update_period` steps without waiting for it.
+
+The node is a threaded Ray actor: `run()` loops over episodes on one thread while `stop()` and
+`stats()` answer on another. `run()` returns (after finishing its current episode) once `stop()` is
+called or `max_steps` is reached, having flushed its writer and pushed its counts.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import ray
+
+from dmpo.distributed.common import (
+    ACTING_NODE_ENV,
+    NodeSettings,
+    make_environment,
+    make_networks,
+    make_node_logger,
+)
+from dmpo.distributed.counter_service import make_child_counter
+from dmpo.distributed.replay_client import RemoteReplayWriter
+from dmpo.distributed.variables import AsyncVariableClient
+
+
+class ActorNode:
+    """See the module docstring. `persist_logs`: only actor 0 writes its logs to the run directory."""
+
+    def __init__(self, settings: NodeSettings, index: int, seed: int, learner: Any, replay: Any,
+                 counter_service: Any, *, persist_logs: bool, insert_batch_size: int = 32,
+                 max_inserts_in_flight: int = 2) -> None:
+        from dmpo.acting import Actor
+        from dmpo.replay import BatchedWriter, NStepTransitionAdder, transition_signature
+        from dmpo.runners.environment_loop import EnvironmentLoop
+
+        self.index = index
+        self.seed = seed
+        self._stop = threading.Event()
+        self._environment = make_environment(settings.environment, is_eval=False, seed=seed)
+        networks = make_networks(settings)
+        self._variables = AsyncVariableClient(learner.get_variables.remote, settings.variable_update_period)
+        self._writer = RemoteReplayWriter(replay, max_in_flight=max_inserts_in_flight,
+                                          should_stop=self._stop.is_set)
+        self._batcher = BatchedWriter(self._writer, insert_batch_size,
+                                      signature=transition_signature(settings.env_spec))
+        adder = NStepTransitionAdder(self._batcher, settings.config.n_step, settings.config.learner.discount)
+        # update_period=1: the variable client itself decides when to fetch (every call is cheap).
+        actor = Actor(networks, self._variables, seed=seed, adder=adder, update_period=1)
+        self._counter = make_child_counter(counter_service, "actor", settings.counter_time_delta)
+        self._logger = make_node_logger("actor", settings.run_dir if persist_logs else None,
+                                        time_delta=settings.log_time_delta)
+        self._loop = EnvironmentLoop(self._environment, actor, self._counter, self._logger, label="actor",
+                                     should_stop=self._stop.is_set, on_episode_end=self._count_episode)
+        self.steps = 0
+        self.episodes = 0
+
+    def _count_episode(self, row: dict[str, Any]) -> None:
+        self.steps += int(row["episode_length"])
+        self.episodes += 1
+
+    def run(self, max_steps: int | None = None) -> dict[str, Any]:
+        """Acts until `stop()` or until at least `max_steps` steps of this node; returns `stats()`."""
+        try:
+            self._loop.run(num_steps=max_steps)
+            self._batcher.flush()
+            self._writer.flush()
+        finally:
+            self._counter.sync()
+            self._logger.close()
+        return self.stats()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "seed": self.seed,
+            "steps": self.steps,
+            "episodes": self.episodes,
+            "variable_version": self._variables.version,
+            "variable_fetches": self._variables.num_fetches,
+            "variable_fetch_seconds": self._variables.fetch_seconds,
+            "insert_blocked_seconds": self._writer.blocked_seconds,
+            "items_inserted": self._writer.items_sent,
+        }
+
+
+def make_actor_node(settings: NodeSettings, index: int, seed: int, learner: Any, replay: Any,
+                    counter_service: Any, **kwargs: Any) -> Any:
+    """Starts actor `index` as a Ray actor (not restarted by Ray: the driver replaces it with a new seed)."""
+    cls = ray.remote(num_cpus=0, max_concurrency=3, max_restarts=0)(ActorNode)
+    return cls.options(runtime_env={"env_vars": dict(ACTING_NODE_ENV)}).remote(
+        settings, index, seed, learner, replay, counter_service, **kwargs)

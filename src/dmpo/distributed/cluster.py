@@ -1,0 +1,109 @@
+"""Where the distributed program runs: a private local Ray cluster, or an existing one.
+
+`ray_cluster(address, num_cpus)` is a context manager that yields a `ClusterInfo`:
+
+* `address=None` and Ray not yet initialised in this process: start a local cluster bound to the
+  loopback interface only (no dashboard, no auth token), and shut it down — waiting for its
+  processes to exit — when the block ends, however it ends.
+* `address` given: join that cluster; leave it running at the end (only our own actors are killed,
+  by the program).
+* Ray already initialised in this process (a test fixture, a notebook): reuse it and leave it alone.
+
+Why the loopback dance: Ray resolves "127.0.0.1" to the machine's routable address unless its
+"local-only" switch (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`) is off; that switch is read when Ray is
+imported, so we set the variable for the child processes and the module flag for this process only
+while the cluster starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+
+import ray
+
+_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_LOOPBACK = "127.0.0.1"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """What the program needs to know about the cluster it runs on."""
+
+    address: str
+    """GCS address (host:port) of the cluster."""
+    session_dir: str | None
+    """Ray's session directory (logs, sockets); None when unknown (joined cluster)."""
+    owned: bool
+    """True when this call started the cluster and will shut it down."""
+    num_gpus: float
+    """GPUs Ray reports for the whole cluster."""
+
+
+@contextlib.contextmanager
+def _local_only_binding() -> Iterator[None]:
+    """Make Ray bind every server of a new local cluster to the loopback interface."""
+    from ray._private import ray_constants
+
+    old_env = os.environ.get(_LOCAL_ONLY_ENV)
+    old_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_LOCAL_ONLY_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = old_flag
+        if old_env is None:
+            os.environ.pop(_LOCAL_ONLY_ENV, None)
+        else:
+            os.environ[_LOCAL_ONLY_ENV] = old_env
+
+
+def start_local_cluster(num_cpus: int | None = None, *,
+                        object_store_memory: int | None = None) -> ClusterInfo:
+    """Start a private Ray cluster on this machine, reachable from localhost only."""
+    if num_cpus is not None and (not isinstance(num_cpus, int) or num_cpus < 1):
+        raise ValueError(f"num_cpus must be a positive integer or None, got {num_cpus!r}")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    with _local_only_binding():
+        context = ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            dashboard_host=_LOOPBACK,
+            _node_ip_address=_LOOPBACK,
+            object_store_memory=object_store_memory,
+            configure_logging=False,
+            log_to_driver=True,
+        )
+    info = context.address_info
+    return ClusterInfo(address=info["address"], session_dir=info.get("session_dir"), owned=True,
+                       num_gpus=float(ray.cluster_resources().get("GPU", 0.0)))
+
+
+def _joined(owned: bool = False) -> ClusterInfo:
+    context = ray.get_runtime_context()
+    address = context.gcs_address
+    session_dir = getattr(ray._private.worker._global_node, "get_session_dir_path", lambda: None)()
+    return ClusterInfo(address=address, session_dir=session_dir, owned=owned,
+                       num_gpus=float(ray.cluster_resources().get("GPU", 0.0)))
+
+
+@contextlib.contextmanager
+def ray_cluster(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[ClusterInfo]:
+    """Run the block on a Ray cluster (see the module docstring for which one)."""
+    if ray.is_initialized():
+        yield _joined()
+        return
+    if address is None:
+        cluster = start_local_cluster(num_cpus)
+    else:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(address=address, configure_logging=False, log_to_driver=True)
+        cluster = dataclasses.replace(_joined(), owned=False)
+    try:
+        yield cluster
+    finally:
+        # A joined cluster is left running; either way this process disconnects.
+        ray.shutdown(wait_for_processes=cluster.owned)
