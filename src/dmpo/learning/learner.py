@@ -1,0 +1,124 @@
+"""The learner object: pulls batches, runs the jitted update, counts and logs (spec §6.5, §6.6)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+
+from dmpo.config import LearnerConfig
+from dmpo.learning.state import TrainingState, init_training_state
+from dmpo.learning.update import make_update_fn
+from dmpo.networks import DMPONetworks, PolicyParams
+from dmpo.types import EnvironmentSpec, Transition
+
+
+class CounterLike(Protocol):
+    def increment(self, **counts: float) -> dict[str, Any]: ...
+
+    def get_counts(self) -> dict[str, Any]: ...
+
+
+class LoggerLike(Protocol):
+    def write(self, data: dict[str, Any]) -> None: ...
+
+
+class Learner:
+    """Owns a `TrainingState` and advances it one batch at a time.
+
+    Args:
+      networks: the agent's networks.
+      env_spec: used to initialise parameters.
+      config: learner hyper-parameters.
+      iterator: yields `Transition` batches (numpy or JAX arrays, `[B, ...]`).
+      seed: seeds parameter initialisation and the step RNG.
+      logger: receives `metrics | counts` (Python floats) after each step, if given.
+      counter: receives `steps=1, walltime=<seconds since the previous step>` after each step.
+    """
+
+    def __init__(
+        self,
+        networks: DMPONetworks,
+        env_spec: EnvironmentSpec,
+        config: LearnerConfig,
+        iterator: Iterator[Transition],
+        *,
+        seed: int = 0,
+        logger: LoggerLike | None = None,
+        counter: CounterLike | None = None,
+    ) -> None:
+        if not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an integer, got {seed!r}")
+        self._networks = networks
+        self._iterator = iterator
+        self._logger = logger
+        self._counter = counter
+        self._state = init_training_state(networks, env_spec, config, jax.random.PRNGKey(int(seed)))
+        self._update = make_update_fn(networks, config, donate=True)
+        self._last_step_time: float | None = None
+        self._local_steps = 0
+
+    @property
+    def state(self) -> TrainingState:
+        return self._state
+
+    @state.setter
+    def state(self, state: TrainingState) -> None:
+        self._state = jax.device_put(state)
+
+    def step(self) -> dict[str, Any]:
+        """One update on the next batch; returns the metrics merged with the counts."""
+        batch = jax.device_put(next(self._iterator))
+        self._state, metrics = self._update(self._state, batch)
+        now = time.monotonic()
+        elapsed = 0.0 if self._last_step_time is None else now - self._last_step_time
+        self._last_step_time = now
+        self._local_steps += 1
+        if self._counter is not None:
+            counts = self._counter.increment(steps=1, walltime=elapsed)
+        else:
+            counts = {"steps": self._local_steps}
+        result = {**metrics, **counts}
+        if self._logger is not None:
+            self._logger.write({key: _to_python(value) for key, value in result.items()})
+        return result
+
+    def run(self, num_steps: int) -> None:
+        if not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
+            raise ValueError(f"num_steps must be a non-negative integer, got {num_steps!r}")
+        for _ in range(int(num_steps)):
+            self.step()
+
+    def policy_params(self) -> PolicyParams:
+        """Target observation-network and target policy variables (numpy), what actors use (§6.6)."""
+        target = self._state.target_params
+        return jax.device_get(PolicyParams(target.observation, target.policy))
+
+    def online_policy_params(self) -> PolicyParams:
+        """Online observation-network and policy variables (numpy): the single-process actor's."""
+        online = self._state.params
+        return jax.device_get(PolicyParams(online.observation, online.policy))
+
+    def save_state(self) -> TrainingState:
+        """A host copy (fresh numpy arrays, never views of device buffers) of the whole training state."""
+        return jax.tree_util.tree_map(lambda x: np.array(x, copy=True), jax.device_get(self._state))
+
+    def restore_state(self, state: TrainingState) -> None:
+        """Replaces the training state (e.g. with one read from a checkpoint)."""
+        reference = jax.tree_util.tree_structure(self._state)
+        if jax.tree_util.tree_structure(state) != reference:
+            raise ValueError("state does not have the structure of this learner's TrainingState")
+        for (path, new), old in zip(jax.tree_util.tree_flatten_with_path(state)[0],
+                                    jax.tree_util.tree_leaves(self._state), strict=True):
+            if np.shape(new) != np.shape(old) or np.asarray(new).dtype != old.dtype:
+                raise ValueError(f"state leaf {jax.tree_util.keystr(path)} has shape {np.shape(new)} "
+                                 f"{np.asarray(new).dtype}, expected {np.shape(old)} {old.dtype}")
+        self.state = state
+
+
+def _to_python(value: Any) -> Any:
+    array = np.asarray(jax.device_get(value))
+    return array.item() if array.size == 1 else array
