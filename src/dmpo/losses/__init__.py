@@ -1,0 +1,21 @@
+"""Losses: the categorical critic loss and the MPO policy loss."""
+
+from dmpo.losses.categorical import (
+    categorical_cross_entropy,
+    categorical_l2_project,
+    categorical_td_loss,
+    mixture_log_probs,
+)
+from dmpo.losses.mpo import MPODuals, clamp_duals, constrained, init_duals, mpo_loss
+
+__all__ = [
+    "MPODuals",
+    "categorical_cross_entropy",
+    "categorical_l2_project",
+    "categorical_td_loss",
+    "clamp_duals",
+    "constrained",
+    "init_duals",
+    "mixture_log_probs",
+    "mpo_loss",
+]
