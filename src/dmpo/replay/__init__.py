@@ -1,0 +1,32 @@
+"""Replay: n-step transition writing, a rate-limited FIFO table, and batch prefetching (spec §1, §2).
+
+numpy + threading only (no jax): tables run inside Ray actors.
+
+Flow: actor → `NStepTransitionAdder` → (`BatchedWriter` →) `Table.insert[_batch]`;
+learner ← `PrefetchingIterator` ← `Table.sample`.
+"""
+
+from dmpo.replay.adders import NStepTransitionAdder, n_step_return
+from dmpo.replay.dataset import PrefetchingIterator
+from dmpo.replay.persistence import CheckpointError
+from dmpo.replay.rate_limiters import MinSize, RateLimiterTimeout, SampleToInsertRatio
+from dmpo.replay.signature import SignatureError, transition_signature
+from dmpo.replay.table import SampleBatch, Table, TableClosedError, TableStats
+from dmpo.replay.writers import BatchedWriter
+
+__all__ = [
+    "BatchedWriter",
+    "CheckpointError",
+    "MinSize",
+    "NStepTransitionAdder",
+    "PrefetchingIterator",
+    "RateLimiterTimeout",
+    "SampleBatch",
+    "SampleToInsertRatio",
+    "SignatureError",
+    "Table",
+    "TableClosedError",
+    "TableStats",
+    "n_step_return",
+    "transition_signature",
+]

@@ -1,0 +1,74 @@
+"""Table files: one `.npz` archive with a JSON header, written atomically, read without pickle.
+
+Layout: member `__header__` holds UTF-8 JSON (format name, version, counters, configs, RNG state);
+every other member is a plain numeric array. Writing goes to a temporary file in the target
+directory, is fsync'ed, then `os.replace`d over the destination, so a crash leaves either the old
+file or the new one. Reading uses `allow_pickle=False`; a truncated or damaged file (zip CRCs are
+checked on read) raises `CheckpointError` naming the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import zipfile
+from typing import Any
+
+import numpy as np
+
+FORMAT = "dmpo.replay.table"
+VERSION = 1
+_HEADER = "__header__"
+
+
+class CheckpointError(ValueError):
+    """A table file is truncated, corrupt, or does not match the table it is loaded into."""
+
+
+def write_archive(path: str | os.PathLike, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Atomically write `header` and `arrays` to `path`."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    header = {"format": FORMAT, "version": VERSION, **header}
+    encoded = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **{_HEADER: encoded}, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Header and arrays of a table file; CheckpointError if it cannot be a complete table file."""
+    path = os.fspath(path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise CheckpointError(f"{path}: not a replay table archive (a bare .npy array)")
+            header = json.loads(bytes(archive[_HEADER]).decode("utf-8"))
+            arrays = {name: archive[name] for name in archive.files if name != _HEADER}
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, UnicodeDecodeError) as err:
+        raise CheckpointError(
+            f"{path}: replay table file is truncated or corrupt ({type(err).__name__}: {err})"
+        ) from err
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: replay table header is not a JSON object")
+    if header.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a replay table file (format {header.get('format')!r})")
+    if header.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: table file version {header.get('version')!r}, this code reads {VERSION}"
+        )
+    return header, arrays
