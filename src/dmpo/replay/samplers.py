@@ -89,9 +89,12 @@ class PrioritizedSampler:
         self._priorities[slots] = priorities
         nodes = slots + self._leaf0
         self._tree[nodes] = self._weights(priorities)
+        tree = self._tree
         for _ in range(self._depth):
-            nodes = np.unique(nodes >> 1)
-            self._tree[nodes] = self._tree[2 * nodes] + self._tree[2 * nodes + 1]
+            # Repeated parents get the same value (computed from finished children), so the
+            # duplicate fancy-index writes are well defined and no np.unique is needed.
+            nodes >>= 1
+            tree[nodes] = tree[2 * nodes] + tree[2 * nodes + 1]
 
     def set_priority_range(self, start: int, priorities: np.ndarray) -> None:
         """Priorities for slots start, start+1, ... (mod capacity), as a batch insert writes them."""
@@ -106,11 +109,11 @@ class PrioritizedSampler:
         node = np.ones(count, dtype=np.int64)
         for _ in range(self._depth):
             left = 2 * node
-            left_sum = tree[left]
+            left_sum = tree.take(left)
             # Rounding can leave target ≥ left_sum under a parent whose right subtree is empty;
             # never step into a zero-weight subtree, so every draw ends on a positive leaf.
-            go_right = (target >= left_sum) & (tree[left + 1] > 0)
-            target = np.where(go_right, target - left_sum, target)
+            go_right = (target >= left_sum) & (tree.take(left + 1) > 0)
+            target -= left_sum * go_right
             node = left + go_right
         return node - self._leaf0, tree[node] / total
 
