@@ -266,9 +266,9 @@ def test_loss_keeps_the_input_dtype():
     config = CONFIGS["default"]
     inputs = [jnp.asarray(x, jnp.bfloat16) for x in _problem(7)]
     duals = init_duals(config, 3, jnp.bfloat16)
-    loss, out = mpo_loss(config, duals, *inputs)
+    loss, out = jax.jit(functools.partial(mpo_loss, config))(duals, *inputs)
     assert loss.dtype == jnp.bfloat16 and all(v.dtype == jnp.bfloat16 for v in out.values())
-    grads = jax.grad(lambda d: mpo_loss(config, d, *inputs)[0])(duals)
+    grads = jax.jit(jax.grad(lambda d: mpo_loss(config, d, *inputs)[0]))(duals)
     assert all(g.dtype == jnp.bfloat16 for g in jax.tree_util.tree_leaves(grads))
     reference, _ = mpo_loss(config, init_duals(config, 3), *[x.astype(jnp.float32) for x in inputs])
     np.testing.assert_allclose(float(loss), float(reference), rtol=0.05)
@@ -278,7 +278,7 @@ def test_loss_keeps_the_input_dtype():
 
 
 def _grads(config, duals, inputs):
-    grad_fn = jax.grad(lambda d, *x: mpo_loss(config, d, *x)[0], argnums=tuple(range(7)))
+    grad_fn = jax.jit(jax.grad(lambda d, *x: mpo_loss(config, d, *x)[0], argnums=tuple(range(7))))
     return grad_fn(duals, *inputs)
 
 
