@@ -70,6 +70,22 @@ class _OnDemandSampler:
         pass
 
 
+class _Handoff:
+    """Gives the learner the batch its thread fetched outside the pause lock (see `_learner_loop`)."""
+
+    def __init__(self) -> None:
+        self.batch: Any = None
+
+    def __iter__(self) -> _Handoff:
+        return self
+
+    def __next__(self) -> Any:
+        batch, self.batch = self.batch, None
+        if batch is None:
+            raise RuntimeError("the overlapped learner stepped without a batch")
+        return batch
+
+
 class DMPO:
     """Single-process DMPO, driven by an environment loop (observe_first, select_action, observe, update).
 
@@ -100,11 +116,13 @@ class DMPO:
         self.table = Table(transition_signature(environment_spec), config.max_replay_size,
                            self._make_rate_limiter(), seed=table_seed)
         self.adder = NStepTransitionAdder(self.table, config.n_step, config.learner.discount)
+        self._handoff = _Handoff()
         if overlap_learner:
             self._iterator: Any = PrefetchingIterator(self.table, config.batch_size, config.prefetch_size)
         else:
             self._iterator = _OnDemandSampler(self.table, config.batch_size)
-        self.learner = Learner(self.networks, environment_spec, config.learner, self._iterator,
+        learner_batches = self._handoff if overlap_learner else self._iterator
+        self.learner = Learner(self.networks, environment_spec, config.learner, learner_batches,
                                seed=learner_seed, logger=logger, counter=counter)
         self._published_params = self.learner.online_policy_params()
         source = (lambda: self._published_params) if overlap_learner else self.learner.online_policy_params
@@ -157,8 +175,11 @@ class DMPO:
             self._thread.start()
 
     def _learner_loop(self) -> None:
+        # The batch is fetched *outside* the pause lock: waiting for data (the rate limiter) while
+        # holding it would deadlock with a checkpoint taken by the acting thread, the only inserter.
         try:
             while not self._stop.is_set():
+                self._handoff.batch = next(self._iterator)
                 with self._learner_lock:
                     if self._stop.is_set():
                         break

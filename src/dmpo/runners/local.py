@@ -148,7 +148,8 @@ class LocalTrainer:
     # -- evaluation and snapshots ---------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
         """Runs `eval_episodes` episodes with the target policy's mean; logs and snapshots it."""
-        params = jax.device_put(self.agent.learner.policy_params())
+        with self.agent.pause():
+            params = jax.device_put(self.agent.learner.policy_params())
         mean_fn = self._mean_fn()
         env = self.env_factory(segment_seed(self.config.seed + _EVAL_SEED_OFFSET, self.evaluations))
         result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
@@ -171,8 +172,10 @@ class LocalTrainer:
 
     def save_snapshot(self) -> Path:
         counts = self.counter.get_counts()
+        with self.agent.pause():  # the overlapped learner donates its state's buffers on every step
+            params = self.agent.learner.policy_params()
         return save_policy(self.run_dir.snapshots_dir / "policy.msgpack", self.spec,
-                           self.config.agent.networks, self.agent.learner.policy_params(),
+                           self.config.agent.networks, params,
                            metadata={"env": self.config.env, "pixels": self.config.pixels,
                                      "action_repeat": self.config.action_repeat,
                                      "actor_steps": int(counts.get("actor_steps", 0)),
