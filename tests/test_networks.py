@@ -265,3 +265,28 @@ def test_impala_networks_use_impala_torso(fake_torsos):
     nets = make_networks(spec, config)
     assert isinstance(nets.observation, FakeTorso)
     assert "LayerNorm_0" in init_params(nets, spec, jax.random.PRNGKey(0)).critic["params"]["torso"]
+
+
+@pytest.mark.parametrize("kind", ["flatten", "drq"])
+def test_sampled_logits_equal_one_critic_call_per_sample(fake_torsos, kind):
+    if kind == "drq":
+        spec = make_spec(observations=specs.Array((8, 8, 3), np.uint8))
+        config = pixel_network_config("drq", policy_layer_sizes=(4,), critic_layer_sizes=(16,), num_atoms=5)
+        obs = jax.random.randint(jax.random.PRNGKey(1), (3, 8, 8, 3), 0, 255).astype(jnp.uint8)
+    else:
+        spec, config = make_spec(), TINY
+        obs = jax.random.normal(jax.random.PRNGKey(1), (3, 3))
+    nets = make_networks(spec, config)
+    params = init_params(nets, spec, jax.random.PRNGKey(0))
+    actions = 1.5 * jax.random.normal(jax.random.PRNGKey(2), (4, 3, 2))  # [N, B, D], some out of bounds
+
+    @jax.jit
+    def both(obs, actions):
+        embedding = nets.observation.apply(params.observation, obs)
+        sampled = nets.critic.apply(params.critic, embedding, actions, method="sampled_logits")
+        one_by_one = jnp.stack([nets.critic.apply(params.critic, embedding, a) for a in actions])
+        return sampled, one_by_one
+
+    sampled, one_by_one = both(obs, actions)
+    assert sampled.shape == (4, 3, 5)
+    np.testing.assert_allclose(sampled, one_by_one, rtol=1e-5, atol=1e-6)

@@ -98,14 +98,8 @@ def bootstrap(networks: DMPONetworks, target_params: Params, next_observation: A
     embedding = sg(networks.observation.apply(target_params.observation, next_observation))
     target_mean, target_stddev = networks.policy.apply(target_params.policy, embedding)
     actions = gaussian_sample(key, target_mean, target_stddev, num_samples)  # [N, B, D]
-    batch = embedding.shape[0]
-    tiled = jnp.broadcast_to(embedding, (num_samples, *embedding.shape))
-    logits = networks.critic.apply(
-        target_params.critic,
-        jnp.reshape(tiled, (num_samples * batch, *embedding.shape[1:])),
-        jnp.reshape(actions, (num_samples * batch, -1)),
-    )
-    logits = jnp.reshape(logits, (num_samples, batch, -1))  # [N, B, A]
+    logits = networks.critic.apply(target_params.critic, embedding, actions,
+                                   method="sampled_logits")  # [N, B, A]
     target_probs = jnp.exp(mixture_log_probs(logits, axis=0))  # [B, A]
     q_values = jax.nn.softmax(logits, axis=-1) @ networks.support  # [N, B]
     return Bootstrap(*(sg(x) for x in (embedding, target_mean, target_stddev, actions, target_probs,

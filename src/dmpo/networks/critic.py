@@ -46,16 +46,36 @@ class Critic(nn.Module):
     action_maximum: Sequence[float]
     projection: nn.Module | None = None
 
-    @nn.compact
     def __call__(self, embedding: jax.Array, action: jax.Array) -> jax.Array:
+        """Logits `[B, A]` for embeddings `[B, ...]` and actions `[B, D]`."""
+        return self._logits(self._features(embedding), action)
+
+    def sampled_logits(self, embedding: jax.Array, actions: jax.Array) -> jax.Array:
+        """Logits `[N, B, A]` for N actions per state, `actions` `[N, B, D]`.
+
+        Equal to calling the critic on the embedding repeated N times, but the embedding's own
+        layers (the DrQ-v2 projection) run once per state instead of once per sample.
+        """
+        features = self._features(embedding)
+        if jnp.ndim(actions) != 3:
+            raise ValueError(f"actions must be [N, B, D], got shape {jnp.shape(actions)}")
+        num_samples, batch = actions.shape[:2]
+        tiled = jnp.broadcast_to(features, (num_samples, *features.shape))
+        logits = self._logits(jnp.reshape(tiled, (num_samples * batch, -1)),
+                              jnp.reshape(actions, (num_samples * batch, -1)))
+        return jnp.reshape(logits, (num_samples, batch, -1))
+
+    def _features(self, embedding: jax.Array) -> jax.Array:
         if self.projection is not None:
             embedding = self.projection(embedding)
-        embedding = batch_concat(embedding)
+        return batch_concat(embedding)
+
+    def _logits(self, features: jax.Array, action: jax.Array) -> jax.Array:
         action_dim = len(self.action_minimum)
-        if jnp.shape(action) != (embedding.shape[0], action_dim):
-            raise ValueError(f"action must have shape [B, D] = {(embedding.shape[0], action_dim)}, "
+        if jnp.shape(action) != (features.shape[0], action_dim):
+            raise ValueError(f"action must have shape [B, D] = {(features.shape[0], action_dim)}, "
                              f"got {jnp.shape(action)}")
         low = jnp.asarray(self.action_minimum, dtype=action.dtype)
         high = jnp.asarray(self.action_maximum, dtype=action.dtype)
-        action = jnp.clip(action, low, high).astype(embedding.dtype)
-        return self.head(self.torso(jnp.concatenate([embedding, action], axis=-1)))
+        action = jnp.clip(action, low, high).astype(features.dtype)
+        return self.head(self.torso(jnp.concatenate([features, action], axis=-1)))
