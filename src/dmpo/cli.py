@@ -143,11 +143,14 @@ def plot(
 
 
 def main(argv: list[str] | None = None) -> None:
-    tyro.extras.subcommand_cli_from_dict(
-        {"train": train, "eval": evaluate, "plot": plot},
-        args=argv,
-        description="Distributional MPO (DMPO) for continuous control.",
-    )
+    try:
+        tyro.extras.subcommand_cli_from_dict(
+            {"train": train, "eval": evaluate, "plot": plot},
+            args=argv,
+            description="Distributional MPO (DMPO) for continuous control.",
+        )
+    except ConfigError as error:  # tyro reports nested configs itself; the top-level one lands here
+        _fail(str(error))
 
 
 if __name__ == "__main__":

@@ -247,13 +247,17 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
     """Trains in this process; returns a summary (env steps, episodes, last evaluation, counts, run dir)."""
     if config.actors:
         raise ConfigError("TrainConfig.actors must be 0 for single-process training; use dmpo.distributed")
+    factory = env_factory or environment_factory(config)
+    close = getattr(factory(config.seed), "close", None)  # an unknown task fails here, before a run exists
+    if close is not None:
+        close()
     if resume:
         if run_dir is None:
             raise ValueError("resume=True needs the run directory to resume")
         run = RunDirectory.open(run_dir)
     else:
         run = RunDirectory.create(run_dir or new_run_path(), config, seed=config.seed)
-    trainer = LocalTrainer(config, run, resume=resume, env_factory=env_factory, networks=networks,
+    trainer = LocalTrainer(config, run, resume=resume, env_factory=factory, networks=networks,
                            progress=progress, quiet=quiet)
     start = time.monotonic()
     summary = trainer.run()
