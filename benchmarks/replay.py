@@ -1,4 +1,4 @@
-"""Replay table throughput against a bare numpy ring buffer, measured in the same run.
+"""Replay table throughput against a bare numpy ring buffer, and frame vs naive pixel storage.
 
 Item: a walker-sized transition (observation 24 float32 as one array, action 6, reward,
 discount, next observation 24) = 224 bytes. The floor is a ring buffer with no lock, no
@@ -6,7 +6,11 @@ signature check, no rate limiter and no Python nest handling; the ratio column s
 table's safety costs. Each figure is the best of `--repeats` interleaved rounds (the machine is
 shared; compare ratios, not absolute numbers across runs).
 
-    .venv/bin/python benchmarks/replay.py            # ~1 min
+Pixels: 84×84 RGB frames stacked 3 deep ([84, 84, 9] uint8), episodes of `--episode-length`
+steps through a 5-step adder; the same items go into a plain `Table` and a `FrameStackTable`,
+and the table reports bytes per stored transition.
+
+    .venv/bin/python benchmarks/replay.py            # ~1–2 min
     .venv/bin/python benchmarks/replay.py --quick    # smaller counts, for a smoke run
 """
 
@@ -16,11 +20,14 @@ import argparse
 import time
 from collections.abc import Callable
 
+import dm_env
 import numpy as np
+import tree
 from dm_env import specs
 
-from dmpo.replay import MinSize, PrefetchingIterator, Table
-from dmpo.types import Transition
+from dmpo.replay import MinSize, NStepTransitionAdder, PrefetchingIterator, Table, transition_signature
+from dmpo.replay.frames import FrameStackTable
+from dmpo.types import EnvironmentSpec, Transition
 
 OBS, ACT = 24, 6
 
@@ -178,6 +185,74 @@ def bench_prioritized(
     ]
 
 
+def pixel_items(
+    num_items: int, episode_length: int, rng: np.random.Generator
+) -> tuple[EnvironmentSpec, list]:
+    """Transitions from episodes of random 84×84×3 frames stacked 3 deep, via a 5-step adder."""
+    spec = EnvironmentSpec(
+        observations=specs.Array((84, 84, 9), np.uint8),
+        actions=specs.BoundedArray((6,), np.float32, -1.0, 1.0),
+        rewards=specs.Array((), np.float32),
+        discounts=specs.BoundedArray((), np.float32, 0.0, 1.0),
+    )
+
+    class Collect(list):
+        insert = list.append
+
+    items = Collect()
+    adder = NStepTransitionAdder(items, 5, 0.99)
+    while len(items) < num_items:
+        frames = [rng.integers(0, 256, (84, 84, 3), dtype=np.uint8)] * 3
+        adder.add_first(dm_env.restart(np.concatenate(frames, axis=-1)))
+        for t in range(episode_length):
+            frames = [*frames[1:], rng.integers(0, 256, (84, 84, 3), dtype=np.uint8)]
+            step = dm_env.StepType.LAST if t == episode_length - 1 else dm_env.StepType.MID
+            obs = np.concatenate(frames, axis=-1)
+            adder.add(np.zeros(6, np.float32), dm_env.TimeStep(step, np.float32(1), np.float32(1), obs))
+    return spec, items[:num_items]
+
+
+def bench_pixels(args: argparse.Namespace, rng: np.random.Generator) -> None:
+    spec, items = pixel_items(args.pixel_items, args.episode_length, rng)
+    batches = [
+        tree.map_structure(lambda *leaves: np.stack(leaves), *items[i : i + 64])
+        for i in range(0, len(items), 64)
+    ]
+    signature = transition_signature(spec)
+    rows = []
+    for label, cls in (("naive Table", Table), ("FrameStackTable", FrameStackTable)):
+        table = cls(signature, args.pixel_max_size, MinSize(1), seed=0)
+
+        def insert(table=table):
+            for batch in batches:
+                table.insert_batch(batch)
+
+        insert_rate = rate(insert, len(items), 1)
+
+        def sample(table=table):
+            for _ in range(args.pixel_samples):
+                table.sample(256)
+
+        sample_rate = rate(sample, args.pixel_samples, args.repeats)
+        stats = table.stats()
+        rows.append((label, stats.bytes_per_item, insert_rate, sample_rate, stats.size))
+    frame_bytes = 84 * 84 * 3
+    print(
+        f"\nPixels: [84, 84, 9] uint8 stacks, episodes of {args.episode_length} steps, n=5, "
+        f"max_size={args.pixel_max_size:,} ({args.pixel_items:,} items inserted, batches of 64)\n"
+    )
+    print(
+        "| storage | bytes / transition | frames / transition | insert_batch (items/s) "
+        "| sample B=256 (batches/s) |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for label, bytes_per_item, insert_rate, sample_rate, _ in rows:
+        print(
+            f"| {label} | {bytes_per_item:,.0f} | {bytes_per_item / frame_bytes:.2f} | {insert_rate:,.0f} | "
+            f"{sample_rate:,.1f} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-size", type=int, default=1_000_000)
@@ -185,16 +260,16 @@ def main() -> None:
     parser.add_argument("--batched-items", type=int, default=500_000)
     parser.add_argument("--samples", type=int, default=4_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pixel-max-size", type=int, default=2_000)
+    parser.add_argument("--pixel-items", type=int, default=3_000)
+    parser.add_argument("--pixel-samples", type=int, default=20)
+    parser.add_argument("--episode-length", type=int, default=250)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.max_size, args.singles, args.batched_items, args.samples, args.repeats = (
-            100_000,
-            5_000,
-            50_000,
-            400,
-            1,
-        )
+        args.max_size, args.singles, args.batched_items = 100_000, 5_000, 50_000
+        args.samples, args.repeats = 400, 1
+        args.pixel_max_size, args.pixel_items, args.pixel_samples = 500, 800, 3
     rng = np.random.default_rng(0)
     rows = bench_uniform(args, rng) + bench_prioritized(args, rng)
     print(f"max_size={args.max_size:,}, item = walker transition (224 bytes), best of {args.repeats}\n")
@@ -204,6 +279,7 @@ def main() -> None:
         floor = f"{floor_rate:,.0f}" if floor_rate else "–"
         ratio = f"{table_rate / floor_rate:.2f}" if floor_rate else "–"
         print(f"| {name} | {table_rate:,.0f} | {floor} | {ratio} | {target} |")
+    bench_pixels(args, rng)
 
 
 if __name__ == "__main__":

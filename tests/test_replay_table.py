@@ -210,6 +210,16 @@ def test_fifo_eviction_and_keys():
     np.testing.assert_allclose(batch.probabilities, 0.1)
 
 
+def test_get_by_key_without_sampling():
+    table = Table(walker_signature(), 5, MinSize(1))
+    table.insert_batch(numbered(range(8)))  # keys 3..7 live
+    items = table.get(np.array([7, 3, 3]))
+    assert_consistent(items, np.array([7, 3, 3]))
+    assert table.stats().samples == 0
+    with pytest.raises(KeyError, match=r"\[2, 8\] are not in the table \(live: 3..7\)"):
+        table.get(np.array([2, 4, 8]))
+
+
 @settings(max_examples=40, deadline=None)
 @given(sizes=st.lists(st.integers(1, 23), min_size=1, max_size=12), max_size=st.integers(1, 9))
 def test_batched_inserts_wrap_like_single_inserts(sizes, max_size):

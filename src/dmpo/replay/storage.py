@@ -8,7 +8,8 @@ dominant cost (a 1M-item table of two 84×84×9 uint8 stacks is ~127 GB); `Frame
 
 A storage object only moves bytes; the table does the locking and bookkeeping. `prepare_*` runs
 before the table lock is taken (per-item work that needs no shared state); `write_*` and `read`
-run under the lock.
+run under the lock; `finalize` turns what `read` returned into item leaves after the lock is
+released (a no-op here; frame storage interleaves frames into stacks there).
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class ArrayStorage:
 
     def read(self, slots: np.ndarray) -> list[np.ndarray]:
         return [array.take(slots, axis=0) for array in self.arrays]
+
+    def finalize(self, leaves: list) -> list:
+        """Post-processing after the table lock is released (nothing to do for plain arrays)."""
+        return leaves
 
     def state_arrays(self, size: int) -> dict[str, np.ndarray]:
         return {f"leaf_{i}": array[:size] for i, array in enumerate(self.arrays)}

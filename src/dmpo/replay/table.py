@@ -318,10 +318,12 @@ class Table:
         return self._join(parts, with_info)
 
     def _join(self, parts: list, with_info: bool) -> SampleBatch:
+        finalize = self._storage.finalize
         if len(parts) == 1:
             leaves, keys, probabilities = parts[0]
+            leaves = finalize(leaves)
         else:
-            leaves = [np.concatenate(column) for column in zip(*(p[0] for p in parts), strict=True)]
+            leaves = [np.concatenate(column) for column in zip(*(finalize(p[0]) for p in parts), strict=True)]
             keys = np.concatenate([p[1] for p in parts]) if with_info else None
             probabilities = np.concatenate([p[2] for p in parts])
         return SampleBatch(self._signature.unflatten(leaves), keys, probabilities)
@@ -329,6 +331,25 @@ class Table:
     def _keys(self, slots: np.ndarray) -> np.ndarray:
         newest = self._inserts - 1
         return newest - (newest - slots) % self._max_size
+
+    def get(self, keys: Any) -> Any:
+        """The items with these keys (lifetime insert indices) as a batch, without sampling.
+
+        For inspection and tests: counters and the rate limiter are not involved. KeyError if a
+        key is not in the table (never inserted, or evicted).
+        """
+        keys = np.asarray(keys)
+        if keys.ndim != 1 or (keys.size and keys.dtype.kind not in "iu"):
+            raise ValueError(f"keys must be a 1-D integer array, got {keys.dtype}{list(keys.shape)}")
+        with self._lock:
+            oldest = self._deletes
+            missing = keys[(keys < oldest) | (keys >= self._inserts)]
+            if missing.size:
+                raise KeyError(
+                    f"keys {missing[:5].tolist()} are not in the table (live: {oldest}..{self._inserts - 1})"
+                )
+            leaves = self._storage.read(keys.astype(np.int64) % self._max_size)
+        return self._signature.unflatten(self._storage.finalize(leaves))
 
     # -- priorities ------------------------------------------------------------------------------
 
@@ -343,7 +364,7 @@ class Table:
         keys = keys.astype(np.int64, copy=False)
         values = _check_priorities(priorities, keys.shape[0])
         with self._lock:
-            oldest = self._inserts - (self._inserts - self._deletes)
+            oldest = self._deletes  # keys are consecutive: deletes = inserts − size
             current = (keys >= oldest) & (keys < self._inserts)
             self._sampler.set_priorities(keys[current] % self._max_size, values[current])
             return int(np.count_nonzero(current))
