@@ -56,16 +56,18 @@ def test_eval_of_a_missing_snapshot_is_a_clear_error(capsys, tmp_path):
 
 TINY = ["--agent.networks.policy-layer-sizes", "8", "--agent.networks.critic-layer-sizes", "8",
         "--agent.networks.num-atoms", "5", "--agent.learner.num-samples", "2", "--agent.batch-size", "16",
-        "--agent.min-replay-size", "100", "--agent.max-replay-size", "2000", "--agent.samples-per-insert", "16"]
+        "--agent.min-replay-size", "100", "--agent.max-replay-size", "2000",
+        "--agent.samples-per-insert", "16"]
 
 
 def test_train_eval_plot_end_to_end(tmp_path):
-    """The real command in subprocesses, as a user runs it (cartpole, action repeat 8: 125-step episodes)."""
+    """The real command as a user runs it (cartpole with action repeat 8: 125-step episodes)."""
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "dmpo.cli"]
     env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
     train = subprocess.run([*cli, "train", "--steps", "250", "--action-repeat", "8", "--eval-every", "250",
-                            "--eval-episodes", "1", "--checkpoint-every", "125", "--run-dir", str(run), *TINY],
+                            "--eval-episodes", "1", "--checkpoint-every", "125", "--run-dir", str(run),
+                            *TINY],
                            capture_output=True, text=True, timeout=600, env=env)
     assert train.returncode == 0, train.stderr[-3000:]
     assert "finished: 250 env steps" in train.stdout

@@ -1,3 +1,47 @@
-"""dmpo: Distributional MPO for continuous control, in JAX."""
+"""dmpo: Distributional MPO (DMPO) for continuous control, in JAX.
+
+The public API, imported lazily so that light modules (e.g. `dmpo.replay` inside a Ray actor) do
+not pull in JAX:
+
+    from dmpo import DMPO, DMPOConfig, make, make_environment_spec, EnvironmentLoop, load_policy, train
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "DMPO": "dmpo.agent",
+    "ConfigError": "dmpo.config",
+    "DMPOConfig": "dmpo.config",
+    "LearnerConfig": "dmpo.config",
+    "MPOLossConfig": "dmpo.config",
+    "NetworkConfig": "dmpo.config",
+    "TrainConfig": "dmpo.config",
+    "EnvironmentSpec": "dmpo.types",
+    "Transition": "dmpo.types",
+    "make_environment_spec": "dmpo.types",
+    "make": "dmpo.envs",
+    "EnvironmentLoop": "dmpo.runners.environment_loop",
+    "evaluate": "dmpo.runners.environment_loop",
+    "train": "dmpo.runners.local",
+    "load_policy": "dmpo.snapshot",
+    "save_policy": "dmpo.snapshot",
+    "make_networks": "dmpo.networks",
+    "Learner": "dmpo.learning",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'dmpo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
