@@ -65,7 +65,7 @@ def test_close_while_the_producer_waits_on_an_empty_table():
     started = time.monotonic()
     iterator.close(timeout=5)
     assert time.monotonic() - started < 1.0
-    assert not iterator._thread.is_alive() and not table.stats().closed
+    assert not any(t.is_alive() for t in iterator._threads) and not table.stats().closed
     with pytest.raises(StopIteration):
         next(iterator)
 
@@ -137,3 +137,16 @@ def test_argument_errors():
             PrefetchingIterator(table, **{"batch_size": 2, "prefetch_size": 1, **kwargs})
     with pytest.raises(ValueError, match="timeout"):
         PrefetchingIterator(table, 2, 1, timeout=0)
+
+
+def test_several_workers_share_the_prefetch_bound():
+    table = Table(SIGNATURE, 50, MinSize(1), seed=0)
+    table.insert_batch(items(range(50)))
+    iterator = PrefetchingIterator(table, batch_size=4, prefetch_size=3, poll_interval=0.01, num_workers=3)
+    batches = [next(iterator) for _ in range(10)]
+    assert all(b["k"].shape == (4,) for b in batches)
+    wait_for(lambda: iterator.ready == 3)
+    time.sleep(0.2)
+    assert table.stats().samples == (10 + 3) * 4  # consumed + at most prefetch_size ahead
+    iterator.close(timeout=5)
+    assert not any(t.is_alive() for t in iterator._threads)

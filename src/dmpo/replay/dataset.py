@@ -1,6 +1,6 @@
 """Batches for the learner, sampled ahead on a background thread (spec §2: prefetch 4).
 
-`PrefetchingIterator` keeps at most `prefetch_size` sampled-but-unconsumed batches: the producer
+`PrefetchingIterator` keeps at most `prefetch_size` sampled-but-unconsumed batches: a producer
 takes a permit from a semaphore before each sample and the consumer returns it with every batch
 it takes, so the rate limiter never sees more than `prefetch_size` batches run ahead of training.
 Prefetched batches are therefore slightly stale (as in Acme). Batches are numpy; moving them to
@@ -48,6 +48,9 @@ class PrefetchingIterator:
       prefetch_size: most batches sampled ahead of the consumer (≥ 1).
       timeout: longest a `next()` waits for a batch before raising TimeoutError (None = forever).
       poll_interval: how long one sample call may block before the stop flag is checked again.
+      num_workers: sampling threads. Table locking is short (frames are interleaved and batches
+        joined outside the lock), and numpy copies release the GIL, so several workers help when
+        assembling a batch is expensive (pixel stacks). Batches may then arrive out of order.
     """
 
     def __init__(
@@ -58,8 +61,13 @@ class PrefetchingIterator:
         *,
         timeout: float | None = None,
         poll_interval: float = 0.1,
+        num_workers: int = 1,
     ):
-        for name, value in (("batch_size", batch_size), ("prefetch_size", prefetch_size)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("prefetch_size", prefetch_size),
+            ("num_workers", num_workers),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if timeout is not None and not timeout > 0:
@@ -74,12 +82,18 @@ class PrefetchingIterator:
         self._ready: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._finished = False
-        self._produced = 0  # written only by the producer
+        self._count_lock = threading.Lock()
+        self._produced = 0  # under _count_lock (several producers)
         self._consumed = 0  # written only by the consumer
-        self._thread = threading.Thread(target=self._produce, name="replay-prefetch", daemon=True)
-        self._thread.start()
+        self._workers_done = 0
+        self._threads = [
+            threading.Thread(target=self._produce, name=f"replay-prefetch-{i}", daemon=True)
+            for i in range(num_workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    # -- producer thread -----------------------------------------------------------------------
+    # -- producer threads ----------------------------------------------------------------------
 
     def _produce(self) -> None:
         try:
@@ -89,7 +103,8 @@ class PrefetchingIterator:
                 batch = self._sample_batch()
                 if batch is None:  # stopped while sampling
                     break
-                self._produced += 1
+                with self._count_lock:
+                    self._produced += 1
                 self._ready.put(batch)
         except BaseException as error:  # handed to the consumer
             self._ready.put(_Failure(error))
@@ -124,11 +139,21 @@ class PrefetchingIterator:
         if self._finished:
             raise StopIteration
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        item = self._take(deadline)
+        if isinstance(item, _Failure):
+            self._finished = True
+            self._stop.set()
+            raise item.error
+        self._consumed += 1
+        self._permits.release()
+        return item
+
+    def _take(self, deadline: float | None) -> Any:
+        """The next batch or failure from the queue; StopIteration once every worker is done."""
         while True:
             wait = self._poll if deadline is None else min(self._poll, deadline - time.monotonic())
             try:
                 item = self._ready.get(timeout=max(wait, 0.0))
-                break
             except queue.Empty:
                 if self._stop.is_set():
                     self._finished = True
@@ -138,29 +163,30 @@ class PrefetchingIterator:
                         f"no batch of {self._batch_size} within {self._timeout} s "
                         "(the table is empty or the rate limiter is holding samples back)"
                     ) from None
-        if item is _DONE:
-            self._finished = True
-            raise StopIteration
-        if isinstance(item, _Failure):
-            self._finished = True
-            self._stop.set()
-            raise item.error
-        self._consumed += 1
-        self._permits.release()
-        return item
+                continue
+            if item is not _DONE:
+                return item
+            self._workers_done += 1
+            if self._workers_done == len(self._threads):
+                self._finished = True
+                raise StopIteration
 
     @property
     def ready(self) -> int:
         """Batches sampled and not yet taken by the consumer."""
-        return self._produced - self._consumed
+        with self._count_lock:
+            return self._produced - self._consumed
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the producer and join it (it returns within about one poll interval)."""
+        """Stop the producers and join them (each returns within about one poll interval)."""
         self._stop.set()
         self._finished = True
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise RuntimeError(f"prefetch thread did not stop within {timeout} s")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            raise RuntimeError(f"prefetch threads {alive} did not stop within {timeout} s")
 
     def __enter__(self) -> PrefetchingIterator:
         return self
