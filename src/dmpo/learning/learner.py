@@ -63,6 +63,8 @@ class Learner:
 
     @property
     def state(self) -> TrainingState:
+        """The current device state. The update donates its input, so on accelerators the arrays of a
+        state read here are invalid after the next `step()`; use `save_state()` for a lasting copy."""
         return self._state
 
     @state.setter
@@ -95,16 +97,16 @@ class Learner:
     def policy_params(self) -> PolicyParams:
         """Target observation-network and target policy variables (numpy), what actors use (§6.6)."""
         target = self._state.target_params
-        return jax.device_get(PolicyParams(target.observation, target.policy))
+        return _host_copy(PolicyParams(target.observation, target.policy))
 
     def online_policy_params(self) -> PolicyParams:
         """Online observation-network and policy variables (numpy): the single-process actor's."""
         online = self._state.params
-        return jax.device_get(PolicyParams(online.observation, online.policy))
+        return _host_copy(PolicyParams(online.observation, online.policy))
 
     def save_state(self) -> TrainingState:
         """A host copy (fresh numpy arrays, never views of device buffers) of the whole training state."""
-        return jax.tree_util.tree_map(lambda x: np.array(x, copy=True), jax.device_get(self._state))
+        return _host_copy(self._state)
 
     def restore_state(self, state: TrainingState) -> None:
         """Replaces the training state (e.g. with one read from a checkpoint)."""
@@ -117,6 +119,11 @@ class Learner:
                 raise ValueError(f"state leaf {jax.tree_util.keystr(path)} has shape {np.shape(new)} "
                                  f"{np.asarray(new).dtype}, expected {np.shape(old)} {old.dtype}")
         self.state = state
+
+
+def _host_copy(tree: Any) -> Any:
+    """Fresh numpy arrays: never views of device buffers, which the next (donating) update may reuse."""
+    return jax.tree_util.tree_map(lambda x: np.array(x, copy=True), jax.device_get(tree))
 
 
 def _to_python(value: Any) -> Any:
