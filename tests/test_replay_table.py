@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from dmpo.replay import (
     SampleToInsertRatio,
     SignatureError,
     Table,
+    persistence,
     transition_signature,
 )
 from dmpo.replay.samplers import PrioritizedSampler
@@ -373,6 +375,35 @@ def test_load_into_existing_table(tmp_path):
         Table(walker_signature(), 17, MinSize(1)).load(tmp_path / "t.npz")
     with pytest.raises(CheckpointError, match="signature"):
         Table(walker_signature(obs=3), 16, MinSize(1)).load(tmp_path / "t.npz")
+
+
+def test_failed_load_leaves_the_table_unchanged(tmp_path):
+    source = _filled("prioritized")
+    source.save(tmp_path / "good.npz")
+    header, arrays = persistence.read_archive(tmp_path / "good.npz")
+    arrays["sampler_priorities"] = arrays["sampler_priorities"][:-1]  # damaged after the leaves
+    header = {k: v for k, v in header.items() if k not in ("format", "version")}
+    persistence.write_archive(tmp_path / "bad.npz", header, arrays)
+    target = _filled("prioritized", n=5)
+    before = target.stats(), target.get(np.arange(5))
+    with pytest.raises(CheckpointError, match="priorities"):
+        target.load(tmp_path / "bad.npz")
+    assert target.stats() == before[0]
+    tree.map_structure(np.testing.assert_array_equal, target.get(np.arange(5)), before[1])
+
+
+def test_restore_with_an_explicit_signature(tmp_path):
+    Pair = collections.namedtuple("Pair", ["a", "b"])
+    signature = Pair(specs.Array((2,), np.float32), specs.Array((), np.int32))
+    table = Table(signature, 4, MinSize(1), seed=0)
+    table.insert_batch(Pair(np.ones((3, 2), np.float32), np.arange(3, dtype=np.int32)))
+    table.save(tmp_path / "pair.npz")
+    with pytest.raises(CheckpointError, match="pass signature="):
+        Table.restore(tmp_path / "pair.npz")
+    restored = Table.restore(tmp_path / "pair.npz", signature=signature)
+    assert restored.get(np.arange(3)).b.tolist() == [0, 1, 2]
+    with pytest.raises(CheckpointError, match="signature"):
+        Table.restore(tmp_path / "pair.npz", signature=Pair(signature.a, specs.Array((), np.int64)))
 
 
 def test_corrupt_files_raise_clear_errors(tmp_path):

@@ -276,14 +276,15 @@ class FrameStorage:
         )
         return arrays
 
-    def load_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
+    def check_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        """ValueError/KeyError unless `arrays` is what `state_arrays(size)` of such a storage wrote."""
         for i, array in enumerate(self.arrays):
-            if array is None:
-                continue
-            saved = arrays[f"leaf_{i}"]
-            if saved.shape != (size, *array.shape[1:]) or saved.dtype != array.dtype:
-                raise ValueError(f"{self.signature.paths[i]}: saved array has shape {saved.shape}")
-            array[:size] = saved
+            if array is not None:
+                saved = arrays[f"leaf_{i}"]
+                if saved.shape != (size, *array.shape[1:]) or saved.dtype != array.dtype:
+                    raise ValueError(
+                        f"{self.signature.paths[i]}: saved array is {saved.dtype}{list(saved.shape)}"
+                    )
         frames, ids = arrays["frames"], arrays["frame_ids"]
         if frames.shape[1:] != self.pool.frame_shape or frames.dtype != np.uint8:
             raise ValueError(f"frames: saved shape {frames.shape}, expected [F, {self.pool.frame_shape}]")
@@ -291,6 +292,13 @@ class FrameStorage:
             ids.size and not 0 <= ids.min() <= ids.max() < len(frames)
         ):
             raise ValueError(f"frame_ids: shape {ids.shape} or values out of range for {len(frames)} frames")
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        """Replace the contents with `size` saved items (call check_state_arrays first)."""
+        for i, array in enumerate(self.arrays):
+            if array is not None:
+                array[:size] = arrays[f"leaf_{i}"]
+        frames, ids = arrays["frames"], arrays["frame_ids"]
         self.pool = FramePool(self.pool.frame_shape, self.pool.chunk, self.pool.max_frames)
         self.frame_ids[:] = _NO_FRAME
         self.size = 0

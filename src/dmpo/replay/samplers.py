@@ -41,6 +41,9 @@ class UniformSampler:
     def state_arrays(self, size: int) -> dict[str, np.ndarray]:
         return {}
 
+    def check_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        pass
+
     def load_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
         pass
 
@@ -123,10 +126,17 @@ class PrioritizedSampler:
     def state_arrays(self, size: int) -> dict[str, np.ndarray]:
         return {"priorities": self._priorities[:size].copy()}
 
+    def check_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        priorities = arrays["priorities"]
+        if priorities.shape != (size,) or priorities.dtype != np.float64:
+            raise ValueError(
+                f"priorities: expected float64[{size}], got {priorities.dtype}{list(priorities.shape)}"
+            )
+        if not np.all(np.isfinite(priorities) & (priorities >= 0)):
+            raise ValueError("priorities: saved values must be finite and >= 0")
+
     def load_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
         priorities = arrays["priorities"]
-        if priorities.shape != (size,):
-            raise ValueError(f"priorities: expected shape ({size},), got {priorities.shape}")
         self._priorities[:] = 0.0
         self._priorities[:size] = priorities
         self._tree[:] = 0.0

@@ -159,9 +159,6 @@ class Signature:
     def from_json(cls, data: Any) -> Signature:
         return cls(_decode(data))
 
-    def same_as(self, other: Signature) -> bool:
-        return self.to_json() == other.to_json()
-
 
 def _encode(node: Any) -> Any:
     if isinstance(node, tuple) and hasattr(type(node), "_fields"):

@@ -64,14 +64,17 @@ class ArrayStorage:
     def state_arrays(self, size: int) -> dict[str, np.ndarray]:
         return {f"leaf_{i}": array[:size] for i, array in enumerate(self.arrays)}
 
-    def load_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
-        for i, (array, shape, dtype) in enumerate(
-            zip(self.arrays, self.signature.shapes, self.signature.dtypes, strict=True)
-        ):
+    def check_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        """ValueError/KeyError unless `arrays` is what `state_arrays(size)` of such a storage wrote."""
+        for i, (shape, dtype) in enumerate(zip(self.signature.shapes, self.signature.dtypes, strict=True)):
             saved = arrays[f"leaf_{i}"]
             if saved.shape != (size, *shape) or saved.dtype != dtype:
                 raise ValueError(
                     f"{self.signature.paths[i]}: saved array is {saved.dtype}{list(saved.shape)}, "
                     f"expected {np.dtype(dtype).name}{[size, *shape]}"
                 )
-            array[:size] = saved
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        """Replace the first `size` slots (call check_state_arrays first)."""
+        for i, array in enumerate(self.arrays):
+            array[:size] = arrays[f"leaf_{i}"]

@@ -440,9 +440,10 @@ class Table:
         """
         header, arrays = persistence.read_archive(path)
         try:
-            saved_signature = Signature.from_json(header["signature"])
-            if signature is not None:
-                saved_signature = Signature(signature)  # checked against the file in _load
+            # A given signature is checked against the file's in _load.
+            saved_signature = (
+                Signature(signature) if signature is not None else Signature.from_json(header["signature"])
+            )
             limiter = rate_limiter or rate_limiter_from_config(header["rate_limiter"])
             table = cls(
                 saved_signature.structure,
@@ -453,7 +454,7 @@ class Table:
                 name=header["name"],
                 **cls._init_kwargs_from_header(header),
             )
-        except (KeyError, TypeError) as err:
+        except (KeyError, TypeError, ValueError) as err:
             raise CheckpointError(
                 f"{os.fspath(path)}: malformed table header ({type(err).__name__}: {err})"
             ) from err
@@ -464,7 +465,8 @@ class Table:
         """Replace this table's contents, counters and RNG state with those saved in `path`.
 
         The file must have been saved from a table with the same signature, max_size, sampler
-        and storage; this table keeps its own rate limiter.
+        and storage; this table keeps its own rate limiter. Everything is checked before anything
+        is replaced, so a bad file leaves the table as it was.
         """
         header, arrays = persistence.read_archive(path)
         self._load(path, header, arrays)
@@ -481,22 +483,25 @@ class Table:
         full_or_never_evicted = size == self._max_size or (deletes == 0 and size == inserts)
         if min(inserts, samples, deletes) < 0 or not 0 <= size <= self._max_size or not full_or_never_evicted:
             raise CheckpointError(f"{where}: inconsistent counters {counters} for max_size={self._max_size}")
+        sampler_arrays = {
+            k.removeprefix("sampler_"): v for k, v in arrays.items() if k.startswith("sampler_")
+        }
         with self._lock:
             try:
-                self._storage.load_state_arrays(arrays, size)
-                self._sampler.load_state_arrays(
-                    {k.removeprefix("sampler_"): v for k, v in arrays.items() if k.startswith("sampler_")},
-                    size,
-                )
-                self._rng.bit_generator.state = header["rng_state"]
+                np.random.PCG64().state = header["rng_state"]  # validate on a throwaway generator
+                self._storage.check_state_arrays(arrays, size)
+                self._sampler.check_state_arrays(sampler_arrays, size)
             except (KeyError, TypeError, ValueError) as err:
                 raise CheckpointError(f"{where}: table contents do not match the header ({err})") from err
+            self._storage.load_state_arrays(arrays, size)
+            self._sampler.load_state_arrays(sampler_arrays, size)
+            self._rng.bit_generator.state = header["rng_state"]
             self._inserts, self._samples, self._deletes = inserts, samples, deletes
             self._insert_cv.notify_all()
             self._sample_cv.notify_all()
 
     def _check_header(self, header: dict) -> None:
-        if not Signature.from_json(header["signature"]).same_as(self._signature):
+        if header["signature"] != self._signature.to_json():
             raise ValueError(f"saved signature {header['signature']} differs from this table's")
         expected = {
             "max_size": self._max_size,
