@@ -28,6 +28,7 @@ from dmpo.config import DMPOConfig
 from dmpo.learning import Learner
 from dmpo.networks import DMPONetworks, PolicyParams, make_networks
 from dmpo.replay import (
+    FrameStackTable,
     MinSize,
     NStepTransitionAdder,
     PrefetchingIterator,
@@ -46,6 +47,23 @@ def learner_steps_due(num_observations: int, min_observations: int, observations
     if observations_per_step > 1:
         return int(since_start % int(observations_per_step) == 0)
     return int(1 / observations_per_step)
+
+
+def pixel_stack_size(environment_spec: EnvironmentSpec) -> int | None:
+    """Frames per observation if the observation is an RGB frame stack (uint8 [H, W, 3·S]), else None."""
+    spec = environment_spec.observations
+    if isinstance(spec, dict) or np.dtype(spec.dtype) != np.uint8 or len(spec.shape) != 3:
+        return None
+    return spec.shape[-1] // 3 if spec.shape[-1] % 3 == 0 else None
+
+
+def make_table(environment_spec: EnvironmentSpec, max_size: int, rate_limiter: Any, *, seed: int) -> Table:
+    """The replay table for these specs: frame-deduplicating for stacked pixels, plain otherwise."""
+    signature = transition_signature(environment_spec)
+    frames = pixel_stack_size(environment_spec)
+    if frames is None:
+        return Table(signature, max_size, rate_limiter, seed=seed)
+    return FrameStackTable(signature, max_size, rate_limiter, num_stacked=frames, seed=seed)
 
 
 def derive_seeds(seed: int, count: int) -> list[int]:
@@ -113,8 +131,8 @@ class DMPO:
         self.networks = networks or make_networks(environment_spec, config.networks)
         table_seed, learner_seed, actor_seed = derive_seeds(seed, 3)
 
-        self.table = Table(transition_signature(environment_spec), config.max_replay_size,
-                           self._make_rate_limiter(), seed=table_seed)
+        self.table = make_table(environment_spec, config.max_replay_size, self._make_rate_limiter(),
+                                seed=table_seed)
         self.adder = NStepTransitionAdder(self.table, config.n_step, config.learner.discount)
         self._handoff = _Handoff()
         if overlap_learner:

@@ -207,3 +207,13 @@ class TrainConfig:
             _check(isinstance(value, int) and value >= 0, f"TrainConfig.{name}", "an integer >= 0", value)
         if self.action_repeat is not None:
             _positive_int(self, "action_repeat")
+
+    def resolved(self) -> TrainConfig:
+        """This config with pixel defaults filled in: `--pixels` with the state networks' flatten torso
+        switches to the IMPALA torso and initial policy scale 1.0 of the reference's pixel agent
+        (spec §4.3). Any other torso choice is kept as given."""
+        networks = self.agent.networks
+        if not self.pixels or networks.observation_network != "flatten":
+            return self
+        pixel_networks = dataclasses.replace(networks, observation_network="impala", init_scale=1.0)
+        return dataclasses.replace(self, agent=dataclasses.replace(self.agent, networks=pixel_networks))

@@ -247,6 +247,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
     """Trains in this process; returns a summary (env steps, episodes, last evaluation, counts, run dir)."""
     if config.actors:
         raise ConfigError("TrainConfig.actors must be 0 for single-process training; use dmpo.distributed")
+    config = config.resolved()
     factory = env_factory or environment_factory(config)
     close = getattr(factory(config.seed), "close", None)  # an unknown task fails here, before a run exists
     if close is not None:
