@@ -246,7 +246,7 @@ def test_drq_networks_structure(fake_torsos):
     spec = make_spec(observations=specs.Array((8, 8, 3), np.uint8))
     config = pixel_network_config("drq", policy_layer_sizes=(4, 16), critic_layer_sizes=(16,), num_atoms=5)
     nets = make_networks(spec, config)
-    params = init_params(nets, spec, jax.random.PRNGKey(0))
+    params = jax.jit(lambda key: init_params(nets, spec, key))(jax.random.PRNGKey(0))
     critic = params.critic["params"]
     assert critic["projection"]["Dense_0"]["kernel"].shape == (6, 50)
     assert "LayerNorm_0" in critic["projection"]
@@ -255,8 +255,9 @@ def test_drq_networks_structure(fake_torsos):
     kernel = np.asarray(critic["torso"]["Dense_0"]["kernel"])  # orthogonal: orthonormal columns
     np.testing.assert_allclose(kernel.T @ kernel, np.eye(16), atol=1e-5)
     obs = jnp.zeros((2, 8, 8, 3), jnp.uint8)
-    assert nets.apply_critic(params, obs, jnp.zeros((2, 2))).shape == (2, 5)
-    assert nets.apply_policy(params, obs)[0].shape == (2, 2)
+    logits, (mean, _) = jax.jit(lambda o, a: (nets.apply_critic(params, o, a), nets.apply_policy(params, o)))(
+        obs, jnp.zeros((2, 2)))
+    assert logits.shape == (2, 5) and mean.shape == (2, 2)
 
 
 def test_impala_networks_use_impala_torso(fake_torsos):
