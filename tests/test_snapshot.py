@@ -52,8 +52,8 @@ def test_loaded_policy_acts_like_the_saved_parameters(env_spec, tmp_path):
     stochastic = load_policy(path, deterministic=False, seed=3)
     first = stochastic(timestep.observation)
     assert first.shape == (2,) and not np.allclose(first, policy(timestep.observation))
-    np.testing.assert_allclose(first, sample_fn(params, jax.random.fold_in(jax.random.PRNGKey(3), 0),
-                                                timestep.observation), rtol=1e-6)
+    np.testing.assert_allclose(first, sample_fn(params, jax.random.PRNGKey(3), 0, timestep.observation),
+                               rtol=1e-6)
 
 
 def test_run_directory_is_accepted(env_spec, tmp_path):

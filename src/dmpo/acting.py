@@ -21,19 +21,22 @@ import numpy as np
 
 from dmpo.networks import DMPONetworks, PolicyParams
 
-PolicyFn = Callable[[PolicyParams, jax.Array, Any], jax.Array]
+PolicyFn = Callable[[PolicyParams, jax.Array, Any, Any], jax.Array]
 ParamsSource = Callable[[], PolicyParams]
 
 
 def make_policy_fns(networks: DMPONetworks) -> tuple[PolicyFn, Callable[[PolicyParams, Any], jax.Array]]:
-    """Returns jitted `(sample_fn(params, key, obs), mean_fn(params, obs))` for one unbatched observation."""
+    """Jitted `(sample_fn(params, key, step, obs), mean_fn(params, obs))` for one unbatched observation.
+
+    `sample_fn` draws with `fold_in(key, step)` inside the jitted call (one dispatch per action)."""
 
     def add_batch(observation: Any) -> Any:
         return jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], observation)
 
-    def sample_fn(params: PolicyParams, key: jax.Array, observation: Any) -> jax.Array:
+    def sample_fn(params: PolicyParams, key: jax.Array, step: Any, observation: Any) -> jax.Array:
         mean, stddev = networks.apply_policy(params, add_batch(observation))
-        return (mean + stddev * jax.random.normal(key, mean.shape, mean.dtype))[0]
+        noise = jax.random.normal(jax.random.fold_in(key, step), mean.shape, mean.dtype)
+        return (mean + stddev * noise)[0]
 
     def mean_fn(params: PolicyParams, observation: Any) -> jax.Array:
         mean, _ = networks.apply_policy(params, add_batch(observation))
@@ -69,8 +72,7 @@ class Actor:
         if self._deterministic:
             action = self._mean_fn(self._params, observation)
         else:
-            key = jax.random.fold_in(self._key, self.num_actions)
-            action = self._sample_fn(self._params, key, observation)
+            action = self._sample_fn(self._params, self._key, np.uint32(self.num_actions), observation)
         self.num_actions += 1
         return np.asarray(action)
 

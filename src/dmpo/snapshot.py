@@ -102,9 +102,9 @@ class LoadedPolicy:
     def __call__(self, observation: Any) -> np.ndarray:
         if self.deterministic:
             return np.asarray(self._mean_fn(self.params, observation))
-        key = jax.random.fold_in(self._key, self._num_actions)
+        step = np.uint32(self._num_actions)
         self._num_actions += 1
-        return np.asarray(self._sample_fn(self.params, key, observation))
+        return np.asarray(self._sample_fn(self.params, self._key, step, observation))
 
 
 def load_policy(path: str | os.PathLike[str], *, deterministic: bool = True, seed: int = 0) -> LoadedPolicy:
