@@ -1,0 +1,83 @@
+"""Environment steps per second of the whole single-process training loop (issue 4, benchmark a).
+
+Default DMPO settings on dmc:cartpole-swingup: acting, n-step adder, replay and learner steps on the
+spec's schedule (one learner step per 8 environment steps). Each mode first fills replay to
+`min_observations` (not timed: no learning happens there), then times `--steps` environment steps
+of real training. Modes run alternately for `--rounds` rounds, so both see the same machine load.
+
+    .venv/bin/python benchmarks/training_loop.py --steps 2000 --rounds 2
+
+The reference TF agent ran at 66–97 environment steps/s at these settings on this machine kind
+(learner-bound), which the last column compares against (the midpoint, 81.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+from dmpo.agent import DMPO
+from dmpo.config import DMPOConfig
+from dmpo.envs import make
+from dmpo.types import make_environment_spec
+from dmpo.utils.counting import Counter
+
+REFERENCE_STEPS_PER_SECOND = (66 + 97) / 2
+
+
+def run_mode(overlap: bool, steps: int, seed: int) -> tuple[float, float]:
+    env = make("dmc:cartpole-swingup", seed=seed)
+    config = DMPOConfig()
+    counter = Counter(time_delta=0.0)
+    agent = DMPO(make_environment_spec(env), config, seed=seed, counter=counter, overlap_learner=overlap)
+    taken = 0
+    timestep = env.reset()
+    agent.observe_first(timestep)
+    start = learner_start = None
+    try:
+        while taken < config.min_observations + steps:
+            if taken == config.min_observations:
+                start = time.perf_counter()
+                learner_start = counter.get_counts().get("steps", 0)
+            action = agent.select_action(timestep.observation)
+            timestep = env.step(action)
+            agent.observe(action, timestep)
+            agent.update()
+            taken += 1
+            if timestep.last():
+                timestep = env.reset()
+                agent.observe_first(timestep)
+        elapsed = time.perf_counter() - start
+        learner_steps = counter.get_counts().get("steps", 0) - learner_start
+    finally:
+        agent.close()
+    return steps / elapsed, learner_steps / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    results: dict[str, list[tuple[float, float]]] = {"synchronous": [], "overlapped": []}
+    for round_index in range(args.rounds):
+        for name in results:
+            results[name].append(run_mode(name == "overlapped", args.steps, seed=round_index))
+            print(f"round {round_index}: {name} {results[name][-1][0]:.1f} env steps/s", flush=True)
+    print(f"\nmachine: {platform.processor() or platform.machine()}, timed steps per run: {args.steps}\n")
+    print("| mode | env steps/s (median) | learner updates/s | × reference TF (81.5) |")
+    print("|---|---:|---:|---:|")
+    for name, rows in results.items():
+        env_rate = statistics.median(r[0] for r in rows)
+        learner_rate = statistics.median(r[1] for r in rows)
+        ratio = env_rate / REFERENCE_STEPS_PER_SECOND
+        print(f"| {name} | {env_rate:.1f} | {learner_rate:.2f} | {ratio:.2f} |")
+    sync = statistics.median(r[0] for r in results["synchronous"])
+    over = statistics.median(r[0] for r in results["overlapped"])
+    print(f"\noverlapped / synchronous = {over / sync:.2f}")
+
+
+if __name__ == "__main__":
+    main()
