@@ -78,6 +78,9 @@ class ActorNode:
     def stop(self) -> None:
         self._stop.set()
 
+    def ping(self) -> int:
+        return self.steps
+
     def stats(self) -> dict[str, Any]:
         return {
             "index": self.index,

@@ -70,6 +70,9 @@ class EvaluatorNode:
     def stop(self) -> None:
         self._stop.set()
 
+    def ping(self) -> int:
+        return len(self.returns)
+
     def latest(self) -> tuple[int, int, float] | None:
         """`(episodes evaluated so far, learner step of the weights, return)` of the newest episode."""
         return (len(self.returns), *self.returns[-1]) if self.returns else None

@@ -1,0 +1,452 @@
+"""Distributed DMPO on Ray: replay node and clients, variable client, counters, the whole program.
+
+One local Ray cluster (2 CPUs) serves the module. The program tests use tiny networks and a fake
+environment; what they pin down: actors fill replay and the learner steps, the replay counters stay
+inside the rate limiter's window at every snapshot, a killed actor is replaced and training goes on,
+a killed learner stops everything with a clear error and `resume=True` continues from the
+checkpoint with counts that add up exactly, and a program that started its own cluster leaves no
+Ray process behind after Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Nodes are new processes: hand them the tests' persistent XLA cache through the environment.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.environ.get("DMPO_TEST_JAX_CACHE", str(Path.home() / ".cache" / "dmpo-test-xla")),
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+import psutil  # noqa: E402
+import ray  # noqa: E402
+from ray import cloudpickle  # noqa: E402
+
+from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig  # noqa: E402
+from dmpo.distributed import (  # noqa: E402
+    DistributedProgram,
+    NodeFailure,
+    ProgramOptions,
+    make_rate_limiter,
+    run_distributed,
+    start_local_cluster,
+)
+from dmpo.distributed.counter_service import RemoteCounterService, make_child_counter  # noqa: E402
+from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteSampleStream  # noqa: E402
+from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
+from dmpo.distributed.variables import AsyncVariableClient  # noqa: E402
+from dmpo.envs.fakes import FakeEnvironment  # noqa: E402
+from dmpo.replay import MinSize, SampleToInsertRatio, transition_signature  # noqa: E402
+from dmpo.runners.checkpoints import TrainingCheckpoints  # noqa: E402
+from dmpo.types import make_environment_spec  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+# Functions and classes below run inside Ray workers, which cannot import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+TINY = DMPOConfig(
+    batch_size=8,
+    min_replay_size=32,
+    max_replay_size=2000,
+    samples_per_insert=4.0,
+    n_step=2,
+    learner=LearnerConfig(num_samples=2),
+    networks=NetworkConfig(
+        policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5, vmin=-5.0, vmax=5.0
+    ),
+)
+EPISODE_LENGTH = 10
+DEADLINE = 240.0  # seconds any wait in this module may take on a busy 2-core machine
+
+
+def fake_environment(is_eval: bool, seed: int = 0) -> FakeEnvironment:
+    return FakeEnvironment(
+        observation_shape=(3,), action_dim=1, episode_length=EPISODE_LENGTH, seed=seed + (7 if is_eval else 0)
+    )
+
+
+def fake_signature():
+    return transition_signature(make_environment_spec(fake_environment(False)))
+
+
+def fake_batch(count: int, start: int = 0):
+    """`count` transitions whose observations count up from `start` (so each is recognisable)."""
+    signature = fake_signature()
+    values = np.arange(start, start + count, dtype=np.float32)
+
+    def leaf(spec):
+        return np.broadcast_to(
+            values.reshape((count,) + (1,) * len(spec.shape)), (count, *spec.shape)
+        ).astype(spec.dtype)
+
+    return type(signature)(*(leaf(spec) for spec in signature))
+
+
+def wait_for(condition, what: str, timeout: float = DEADLINE, period: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(period)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    info = start_local_cluster(num_cpus=2)
+    yield info
+    ray.shutdown(wait_for_processes=True)
+
+
+# ------------------------------------------------------------------------------------ rate limiter
+
+
+def test_rate_limiter_follows_the_spec_and_guards_narrow_windows():
+    limiter = make_rate_limiter(dataclasses.replace(TINY, samples_per_insert=32.0, min_replay_size=1000))
+    assert isinstance(limiter, SampleToInsertRatio)
+    assert (limiter.min_diff, limiter.max_diff) == (28800.0, 35200.0)  # spec §2 defaults
+    # 0.1·spi·min = 0.8 < 2·spi = 1.0 would be too narrow for Reverb: the guard widens it to 2.
+    small = make_rate_limiter(dataclasses.replace(TINY, samples_per_insert=0.5, min_replay_size=16))
+    assert small.max_diff - small.min_diff >= 2.0
+    unlimited = make_rate_limiter(dataclasses.replace(TINY, samples_per_insert=None))
+    assert unlimited == MinSize(TINY.min_replay_size)
+
+
+# -------------------------------------------------------------------------- replay node and clients
+
+
+def test_writer_backpressure_and_prefetching_sampler_obey_the_ratio(cluster):
+    spi, min_size = 2.0, 16
+    limiter = SampleToInsertRatio(spi, min_size, 4.0)  # window [28, 36] of inserts·spi − samples
+    replay = make_replay_service(
+        fake_signature(),
+        ReplayServiceConfig(
+            max_size=1000,
+            rate_limiter=limiter,
+            seed=0,
+            max_concurrent_inserts=3,
+            max_concurrent_samples=3,
+            call_timeout=0.2,
+        ),
+    )
+    writer = RemoteReplayWriter(replay, max_in_flight=2, poll_seconds=0.1)
+    errors: list[BaseException] = []
+
+    def write_all():
+        try:
+            for start in range(0, 96, 8):
+                writer.insert_batch(fake_batch(8, start))
+            writer.flush()
+        except Exception as error:  # expected: the table is closed while the writer still waits
+            errors.append(error)
+
+    thread = threading.Thread(target=write_all, daemon=True)
+    thread.start()
+    # Without samples the limiter admits inserts only while (inserts+1)·2 − 0 ≤ 36: 18 items.
+    stats = wait_for(
+        lambda: (s := ray.get(replay.stats.remote())).waiting_inserts > 0 and s, "a blocked insert"
+    )
+    assert stats.inserts == 18 and thread.is_alive()
+    assert writer.in_flight <= 2  # the actor-side bound: its loop waits instead of queueing more
+
+    stream = RemoteSampleStream(replay, 4, num_in_flight=2, prefetch_size=2, poll_seconds=0.1)
+    # 120 consumed samples need inserts·2 − 121 ≥ 28, i.e. ≥ 75 inserts: the writer was let through.
+    seen = [next(stream) for _ in range(30)]
+    assert all(batch.observation.shape == (4, 3) for batch in seen)
+    stats = ray.get(replay.stats.remote())
+    assert 75 <= stats.inserts < 96 and stats.samples >= 120 and thread.is_alive()
+    assert limiter.min_diff <= stats.inserts * spi - stats.samples <= limiter.max_diff
+    # Every sampled item is one that was written (observations count 0..95).
+    values = np.concatenate([batch.observation[:, 0] for batch in seen])
+    assert values.min() >= 0 and values.max() < 96 and np.all(values == np.round(values))
+
+    # Closing the table ends the writer's blocked insert with an error instead of a hang.
+    stream.close()
+    ray.get(replay.close.remote())
+    thread.join(timeout=30)
+    assert not thread.is_alive() and len(errors) == 1 and "closed" in str(errors[0])
+    ray.kill(replay)
+
+
+# ---------------------------------------------------------------------------------- variable client
+
+
+class SlowLearner:
+    """Answers `get_variables` like the learner node, after `delay` seconds, counting the requests."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.requests = 0
+
+    def get_variables(self):
+        self.requests += 1
+        version = self.requests
+        time.sleep(self.delay)
+        return version, [ray.put({"w": np.full(3, version, np.float32)})]
+
+    def count(self):
+        return self.requests
+
+
+def test_variable_client_fetches_asynchronously_every_period(cluster):
+    learner = ray.remote(max_concurrency=4)(SlowLearner).remote(0.5)
+    client = AsyncVariableClient(learner.get_variables.remote, update_period=3)
+    assert client.version == 1 and np.all(client.params["w"] == 1)  # blocking first fetch
+    for _ in range(2):
+        started = time.monotonic()
+        assert client()["w"][0] == 1
+        assert time.monotonic() - started < 0.25  # never waits for the learner
+    assert ray.get(learner.count.remote()) == 1  # period not reached yet
+    client()  # third call: request sent, old parameters still in use
+    wait_for(lambda: ray.get(learner.count.remote()) == 2, "the second request")
+    for _ in range(5):
+        client()  # calls while the fetch is pending never send another request
+    assert ray.get(learner.count.remote()) == 2
+    wait_for(lambda: client()["w"][0] == 2, "the fetched parameters to be swapped in")
+    assert client.version == 2 and client.num_fetches == 2
+    client.update(wait=True)  # an explicit blocking update
+    assert client.version == 3
+    ray.kill(learner)
+
+
+# ------------------------------------------------------------------------------------------ counters
+
+
+def count_steps(service, prefix: str, steps: int) -> dict:
+    counter = make_child_counter(service, prefix, time_delta=1.0)
+    for _ in range(steps):
+        counter.increment(steps=1)
+    return counter.sync()
+
+
+def test_child_counters_in_other_processes_add_up_and_restore_adds(cluster):
+    service = RemoteCounterService.remote()
+    push = ray.remote(count_steps)
+    ray.get(
+        [
+            push.remote(service, "actor", 250),
+            push.remote(service, "actor", 170),
+            push.remote(service, "learner", 40),
+        ]
+    )
+    assert ray.get(service.get_counts.remote()) == {"actor_steps": 420, "learner_steps": 40}
+    ray.get(service.restore.remote({"actor_steps": 1000}))
+    assert ray.get(service.get_counts.remote())["actor_steps"] == 1420
+    ray.kill(service)
+
+
+# ------------------------------------------------------------------------------------- the program
+
+
+def options(**overrides) -> ProgramOptions:
+    base = dict(
+        num_actors=2,
+        variable_update_period=25,
+        evaluator_period_seconds=1.0,
+        checkpoint_period_seconds=2.0,
+        insert_batch_size=8,
+        poll_seconds=0.25,
+        log_time_delta=1.0,
+    )
+    base.update(overrides)
+    return ProgramOptions(**base)
+
+
+def check_ratio_window(history, limiter: SampleToInsertRatio) -> int:
+    """Every snapshot keeps inserts·spi − samples inside the limiter's window; returns how many sampled."""
+    sampled = 0
+    for _, stats in history:
+        diff = stats.inserts * limiter.samples_per_insert - stats.samples
+        assert diff <= max(limiter.max_diff, limiter.min_size_to_sample * limiter.samples_per_insert), stats
+        if stats.samples:
+            sampled += 1
+            assert diff >= limiter.min_diff, stats
+    return sampled
+
+
+def poll_until(program: DistributedProgram, condition, what: str):
+    def step():
+        assert not program.poll(), "the program ended early"
+        return condition()
+
+    return wait_for(step, what, period=program.options.poll_seconds)
+
+
+def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    limiter = make_rate_limiter(TINY)
+    program = DistributedProgram(TINY, fake_environment, run_dir=run_dir, seed=3, options=options())
+    program.start()
+    try:
+        poll_until(program, lambda: program.counts.get("learner_steps", 0) >= 10, "10 learner steps")
+        # Both actors contribute, and replay holds what they wrote.
+        per_actor = ray.get([handle.stats.remote() for handle in program.actor_handles])
+        assert all(stats["steps"] > 0 for stats in per_actor)
+
+        # Kill actor 0: it is replaced (new seed) and learning goes on.
+        old_seed = per_actor[0]["seed"]
+        ray.kill(program.actor_handles[0])
+        poll_until(program, lambda: program.actor_restarts == 1, "the dead actor to be replaced")
+        steps_at_restart = program.counts["learner_steps"]
+        new_stats = poll_until(
+            program,
+            lambda: (s := ray.get(program.actor_handles[0].stats.remote()))["steps"] > 0 and s,
+            "the replacement actor to act",
+        )
+        assert new_stats["seed"] != old_seed
+        poll_until(
+            program,
+            lambda: program.counts["learner_steps"] >= steps_at_restart + 10,
+            "learner steps after the restart",
+        )
+        poll_until(
+            program,
+            lambda: TrainingCheckpoints(run_dir / "checkpoints").latest() is not None,
+            "a periodic checkpoint",
+        )
+        assert check_ratio_window(program.replay_history, limiter) >= 3
+
+        # Kill the learner: the next passes raise a clear error; stop() tears everything down.
+        ray.kill(program.learner)
+        with pytest.raises(NodeFailure, match=r"learner node failed.*resume=True"):
+            wait_for(lambda: program.poll() and False, "the learner failure to be noticed", timeout=60)
+    finally:
+        program.stop("failed")
+    for handle in (program.learner, program.replay, program.counter, *program.actor_handles):
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(handle.ping.remote(), timeout=30)
+    assert psutil.pid_exists(os.getpid())
+
+    latest = TrainingCheckpoints(run_dir / "checkpoints").latest()
+    saved = json.loads((latest / "state.json").read_text())
+    target = saved["learner_steps"] + 15
+    result = run_distributed(
+        TINY,
+        fake_environment,
+        num_actors=2,
+        run_dir=run_dir,
+        seed=3,
+        max_learner_steps=target,
+        resume=True,
+        progress=False,
+        options=options(evaluator_period_seconds=0.5),
+        evaluator_period_seconds=0.5,
+        checkpoint_period_seconds=2.0,
+        variable_update_period=25,
+    )
+    assert result.status == "finished" and result.resumed_from == saved["learner_steps"]
+    assert result.learner["steps"] == target and result.counts["learner_steps"] == target
+    # Counts continue from the checkpoint and add up exactly across nodes.
+    own_steps = sum(actor["steps"] for actor in result.actors)
+    assert len(result.actors) == 2 and all(actor["steps"] > 0 for actor in result.actors)
+    assert result.counts["actor_steps"] == saved["counts"]["actor_steps"] + own_steps
+    assert result.counts["actor_episodes"] == (
+        saved["counts"]["actor_episodes"] + sum(actor["episodes"] for actor in result.actors)
+    )
+    assert result.evaluator_returns, "the evaluator ran no episode"
+    assert check_ratio_window(result.replay_history, limiter) >= 1
+    assert (run_dir / "logs" / "learner" / "logs.csv").is_file()
+    assert (run_dir / "logs" / "evaluator" / "logs.csv").is_file()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
+
+
+# ------------------------------------------------------------- own cluster, Ctrl-C, nothing left over
+
+_SCRIPT = """
+import sys
+from ray import cloudpickle
+sys.path.insert(0, {tests!r})
+import test_distributed as t
+cloudpickle.register_pickle_by_value(t)
+
+def report(program):
+    print("learner_steps", program.counts.get("learner_steps", 0), flush=True)
+
+t.run_distributed(t.TINY, t.fake_environment, num_actors=1, run_dir={run_dir!r}, seed=1, num_cpus=2,
+                  progress=False, evaluator_period_seconds=None, checkpoint_period_seconds=600.0,
+                  options=t.options(num_actors=1), on_poll=report)
+"""
+
+
+def session_processes(session_dir: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any(session_dir in part for part in process.info["cmdline"] or ()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def test_own_cluster_ctrl_c_writes_a_checkpoint_and_leaves_no_processes(tmp_path):
+    run_dir = tmp_path / "run"
+    script = textwrap.dedent(_SCRIPT).format(tests=str(Path(__file__).parent), run_dir=str(run_dir))
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(driver.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+
+        def learning() -> bool:
+            assert driver.poll() is None, "".join(lines)
+            return any(line.startswith("learner_steps") and int(line.split()[1]) >= 3 for line in lines)
+
+        wait_for(learning, "the subprocess's learner to step")
+        children = psutil.Process(driver.pid).children(recursive=True)
+        session_dirs = {
+            part.split("--session-dir=", 1)[1]
+            for child in children
+            for part in _cmdline(child)
+            if part.startswith("--session-dir=")
+        }
+        assert session_dirs, [_cmdline(child) for child in children]
+        names = {child.name() for child in children if child.is_running()}
+        assert any("raylet" in name for name in names) and any("gcs_server" in name for name in names), names
+        driver.send_signal(signal.SIGINT)
+        driver.wait(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    reader.join(timeout=10)
+    output = "".join(lines)
+    assert driver.returncode != 0 and "KeyboardInterrupt" in output, output
+    latest = TrainingCheckpoints(run_dir / "checkpoints").latest()  # periodic ones are 10 min apart
+    assert latest is not None, output
+    assert json.loads((latest / "state.json").read_text())["learner_steps"] >= 3
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    leftovers = [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for session in session_dirs:
+        leftovers += session_processes(session)
+    assert not leftovers, [(p.pid, _cmdline(p)) for p in leftovers]
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
