@@ -52,7 +52,7 @@ from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteSampleStrea
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
 from dmpo.distributed.variables import AsyncVariableClient  # noqa: E402
 from dmpo.envs.fakes import FakeEnvironment  # noqa: E402
-from dmpo.replay import MinSize, SampleToInsertRatio, transition_signature  # noqa: E402
+from dmpo.replay import MinSize, SampleToInsertRatio, Table, transition_signature  # noqa: E402
 from dmpo.runners.checkpoints import TrainingCheckpoints  # noqa: E402
 from dmpo.types import make_environment_spec  # noqa: E402
 
@@ -256,6 +256,25 @@ def test_child_counters_in_other_processes_add_up_and_restore_adds(cluster):
 # ------------------------------------------------------------------------------------- the program
 
 
+def test_bad_arguments_fail_before_any_node_starts(tmp_path):
+    with pytest.raises(ValueError, match="num_actors"):
+        ProgramOptions(num_actors=0)
+    with pytest.raises(ValueError, match="evaluator_period_seconds"):
+        ProgramOptions(evaluator_period_seconds=-1.0)
+    with pytest.raises(TypeError, match="DMPOConfig"):
+        DistributedProgram({"batch_size": 8}, fake_environment, run_dir=tmp_path / "a")
+    with pytest.raises(FileNotFoundError, match="cannot resume"):
+        DistributedProgram(TINY, fake_environment, run_dir=tmp_path / "missing", resume=True)
+    with pytest.raises(Exception, match="unknown environment name"):
+        DistributedProgram(TINY, "nope", run_dir=tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    old = tmp_path / "old"
+    (old / "checkpoints" / "step_000000000100").mkdir(parents=True)
+    (old / "checkpoints" / "step_000000000100" / "state.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="resume=True"):
+        DistributedProgram(TINY, fake_environment, run_dir=old)
+
+
 def options(**overrides) -> ProgramOptions:
     base = dict(
         num_actors=2,
@@ -265,6 +284,7 @@ def options(**overrides) -> ProgramOptions:
         insert_batch_size=8,
         poll_seconds=0.25,
         log_time_delta=1.0,
+        checkpoint_replay=True,
     )
     base.update(overrides)
     return ProgramOptions(**base)
@@ -337,6 +357,8 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
 
     latest = TrainingCheckpoints(run_dir / "checkpoints").latest()
     saved = json.loads((latest / "state.json").read_text())
+    saved_replay = Table.restore(latest / "replay.npz").stats()
+    assert saved_replay.inserts > 0
     target = saved["learner_steps"] + 15
     result = run_distributed(
         TINY,
@@ -363,6 +385,9 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
     )
     assert result.evaluator_returns, "the evaluator ran no episode"
     assert check_ratio_window(result.replay_history, limiter) >= 1
+    # The replay node resumed from the checkpointed table (its lifetime counters continue).
+    assert result.replay_history[0][1].inserts >= saved_replay.inserts
+    assert result.replay.inserts > saved_replay.inserts
     assert (run_dir / "logs" / "learner" / "logs.csv").is_file()
     assert (run_dir / "logs" / "evaluator" / "logs.csv").is_file()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"

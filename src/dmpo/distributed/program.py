@@ -42,6 +42,7 @@ from dmpo.distributed.counter_service import RemoteCounterService
 from dmpo.distributed.evaluator import make_evaluator_node
 from dmpo.distributed.learner_node import make_learner_node
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_rate_limiter, make_replay_service
+from dmpo.types import make_environment_spec
 
 _ROLE_ACTOR, _ROLE_EVALUATOR, _ROLE_LEARNER, _ROLE_REPLAY = 1, 2, 3, 4
 
@@ -183,19 +184,39 @@ class DistributedProgram:
         self._run: Any = None
         self._health: dict[str, tuple[Any, float]] = {}  # node -> (pending check, when it was sent)
         self._answered: set[str] = set()
+        # Checked here, before any cluster starts: the run directory and the environment.
+        self._latest_checkpoint = self._check_run_directory()
+        probe = make_environment(environment, is_eval=False, seed=seed)
+        self.env_spec = make_environment_spec(probe)
+        probe.close()
+
+    def _check_run_directory(self) -> Path | None:
+        """The checkpoint to resume from (None for a fresh run); raises if the directory disagrees."""
+        from dmpo.runners.checkpoints import TrainingCheckpoints
+
+        checkpoints = self.run_dir / "checkpoints"
+        latest = (TrainingCheckpoints(checkpoints, keep=self.options.keep_checkpoints).latest()
+                  if checkpoints.is_dir() else None)
+        if not self.resume:
+            if latest is not None:
+                raise FileExistsError(f"{self.run_dir} already holds checkpoints ({latest.name}); pass "
+                                      "resume=True to continue that run, or use a new run directory")
+            return None
+        if not self.run_dir.joinpath("run.json").is_file():
+            raise FileNotFoundError(f"cannot resume: {self.run_dir} is not a run directory (no run.json)")
+        if latest is None:
+            raise FileNotFoundError(f"cannot resume: no checkpoint in {checkpoints}")
+        return latest
 
     # ---------------------------------------------------------------------------------------- start
 
     def start(self) -> None:
         """Prepares the run directory and starts every node."""
         from dmpo.replay import transition_signature
-        from dmpo.types import make_environment_spec
 
         self._started_at = time.monotonic()
         replay_path = self._prepare_run_directory()
-        probe = make_environment(self.environment, is_eval=False, seed=self.seed)
-        env_spec = make_environment_spec(probe)
-        probe.close()
+        env_spec = self.env_spec
         self._settings = NodeSettings(
             config=self.config, environment=self.environment, env_spec=env_spec, run_dir=str(self.run_dir),
             seed=self.seed, network_factory=self.network_factory,
@@ -227,25 +248,16 @@ class DistributedProgram:
 
     def _prepare_run_directory(self) -> str | None:
         """Creates or opens the run directory; returns the replay file to restore, if any."""
-        from dmpo.runners.checkpoints import TrainingCheckpoints
         from dmpo.runs import RunDirectory
 
         if self.run_dir.joinpath("run.json").is_file():
             self._run = RunDirectory.open(self.run_dir)
-        elif self.resume:
-            raise FileNotFoundError(f"cannot resume: {self.run_dir} is not a run directory (no run.json)")
         else:
             self._run = RunDirectory.create(self.run_dir, self.config, seed=self.seed, exist_ok=True)
-        latest = TrainingCheckpoints(self._run.checkpoints_dir, keep=self.options.keep_checkpoints).latest()
-        if not self.resume:
-            if latest is not None:
-                raise FileExistsError(f"{self.run_dir} already holds checkpoints ({latest.name}); pass "
-                                      "resume=True to continue that run, or use a new run directory")
+        if self._latest_checkpoint is None:
             return None
-        if latest is None:
-            raise FileNotFoundError(f"cannot resume: no checkpoint in {self._run.checkpoints_dir}")
         self._run.mark_resumed()
-        replay = latest / "replay.npz"
+        replay = self._latest_checkpoint / "replay.npz"
         return str(replay) if self.options.checkpoint_replay and replay.is_file() else None
 
     def _start_actor(self, index: int) -> None:
@@ -253,7 +265,7 @@ class DistributedProgram:
         generation = self._actor_generation[index]
         handle = make_actor_node(
             self._settings, index, node_seed(self.seed, _ROLE_ACTOR, index, generation), self.learner,
-            self.replay, self.counter, persist_logs=(index == 0 and generation == 0),
+            self.replay, self.counter, persist_logs=index == 0,
             insert_batch_size=self.options.insert_batch_size,
             max_inserts_in_flight=self.options.max_inserts_in_flight)
         self.actor_handles[index] = handle
