@@ -120,3 +120,24 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
     if pixels:
         environment = _add_pixels(environment, frame_stack, image_size, camera_id)
     return wrappers.SinglePrecisionWrapper(environment)
+
+
+class TaskFactory:
+    """A picklable `factory(is_eval, seed=None) -> environment` for one task name and its options.
+
+    Used where environments are built in other processes (the distributed program's actor and
+    evaluator nodes); `is_eval` is accepted for the reference's factory signature and changes nothing.
+    """
+
+    def __init__(self, name: str, *, pixels: bool = False, action_repeat: int | None = None,
+                 frame_stack: int = 3, image_size: int = 84, camera_id: int = 0) -> None:
+        self.name = name
+        self.options = dict(pixels=pixels, action_repeat=action_repeat, frame_stack=frame_stack,
+                            image_size=image_size, camera_id=camera_id)
+
+    def __call__(self, is_eval: bool = False, seed: int | None = None) -> dm_env.Environment:
+        del is_eval
+        return make(self.name, seed=seed, **self.options)
+
+    def __repr__(self) -> str:
+        return f"TaskFactory({self.name!r}, {self.options})"
