@@ -14,7 +14,8 @@ Part 2 — costs of one call: fetching policy variables through the learner's `V
 (hosted by a stand-in node holding numpy parameters of the benchmark's small networks and of the
 default-size networks of spec §4.2): a new version (copied into the object store first) and the same
 version again (served from the cache); one `insert_batch` of 32 items and one `sample` of 256 items
-on the replay node.
+on the replay node, and how many of each the replay node completes per second with several calls kept
+in flight (a ceiling for one Python table node on this machine).
 
 Settings are small but real (cartpole swing-up from dm_control, 64×64 policy, 128×128 critic,
 51 atoms, batch 64, 8 action samples), so the whole script takes a few minutes on 2 cores. Every
@@ -171,8 +172,23 @@ def measure_call_costs(env: str, repeats: int = 30) -> dict[str, float]:
     results["insert_batch_32_ms"] = 1e3 * _time_calls(insert, repeats)
     results["sample_256_ms"] = 1e3 * _time_calls(lambda: ray.get(replay.sample.remote(256)), repeats)
     results["item_bytes"] = float(ray.get(replay.stats.remote()).bytes_per_item)
+    results["insert_batch_32_calls_per_s"] = _calls_per_second(lambda: replay.insert_batch.remote(items), 16)
+    results["sample_256_calls_per_s"] = _calls_per_second(lambda: replay.sample.remote(256), 4)
     ray.kill(replay)
     return results
+
+
+def _calls_per_second(send: Any, in_flight: int, seconds: float = 3.0) -> float:
+    """Completed calls per second with `in_flight` calls kept outstanding from this process."""
+    pending = [send() for _ in range(in_flight)]
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        ready, pending = ray.wait(pending, num_returns=1)
+        ray.get(ready)
+        done += len(ready)
+        pending.append(send())
+    ray.get(pending)
+    return done / (time.perf_counter() - start)
 
 
 def print_throughput_table(args: argparse.Namespace) -> None:

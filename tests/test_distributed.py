@@ -50,7 +50,7 @@ from dmpo.distributed import (  # noqa: E402
 from dmpo.distributed.counter_service import RemoteCounterService, make_child_counter  # noqa: E402
 from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteSampleStream  # noqa: E402
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
-from dmpo.distributed.variables import AsyncVariableClient  # noqa: E402
+from dmpo.distributed.variables import AsyncVariableClient, VariablePublisher  # noqa: E402
 from dmpo.envs.fakes import FakeEnvironment  # noqa: E402
 from dmpo.replay import MinSize, SampleToInsertRatio, Table, transition_signature  # noqa: E402
 from dmpo.runners.checkpoints import TrainingCheckpoints  # noqa: E402
@@ -225,6 +225,30 @@ def test_variable_client_fetches_asynchronously_every_period(cluster):
     client.update(wait=True)  # an explicit blocking update
     assert client.version == 3
     ray.kill(learner)
+
+
+def test_publisher_copies_once_per_version_or_per_interval(cluster):
+    step, now = [0], [0.0]
+    reads = []
+
+    def read():
+        reads.append(step[0])
+        return {"w": np.full(2, step[0], np.float32)}
+
+    exact = VariablePublisher(read, lambda: step[0])
+    first = exact.get()
+    assert exact.get() == first and reads == [0]  # same version: the same object, no new copy
+    step[0] = 1
+    version, (ref,) = exact.get()
+    assert version == 1 and reads == [0, 1] and ray.get(ref)["w"][0] == 1
+
+    reads.clear()
+    throttled = VariablePublisher(read, lambda: step[0], min_interval=2.0, clock=lambda: now[0])
+    throttled.get()
+    step[0], now[0] = 2, 1.5
+    assert throttled.get()[0] == 1 and reads == [1]  # within the interval: the older copy is served
+    now[0] = 2.0
+    assert throttled.get()[0] == 2 and reads == [1, 2] and throttled.copies == 2
 
 
 # ------------------------------------------------------------------------------------------ counters

@@ -58,7 +58,8 @@ class LearnerNode:
 
     def __init__(self, settings: NodeSettings, seed: int, replay: Any, counter_service: Any, *,
                  checkpoint_period_seconds: float = 600.0, keep_checkpoints: int = 2,
-                 checkpoint_replay: bool = False, resume: bool = False, samples_in_flight: int = 2) -> None:
+                 checkpoint_replay: bool = False, resume: bool = False, samples_in_flight: int = 2,
+                 publish_interval: float = 0.0) -> None:
         from dmpo.learning import Learner
 
         config = settings.config
@@ -85,7 +86,8 @@ class LearnerNode:
         self.resumed_from: int | None = None
         if resume:
             self._restore()
-        self._publisher = VariablePublisher(self._read_variables, lambda: self.steps)
+        self._publisher = VariablePublisher(self._read_variables, lambda: self.steps,
+                                            min_interval=publish_interval)
         self._run_started: float | None = None
         self._run_seconds = 0.0
 

@@ -62,6 +62,8 @@ class ProgramOptions:
     """Stop once the learner's step count (across resumes) reaches this."""
     variable_update_period: int = 1000
     """Actor steps between (asynchronous) fetches of the learner's target policy."""
+    variable_publish_seconds: float = 0.0
+    """Seconds one published copy of the variables serves all requests (0: always the newest)."""
     evaluator_episodes: int = 1
     """Episodes per evaluation round."""
     evaluator_period_seconds: float | None = 10.0
@@ -108,6 +110,7 @@ class ProgramOptions:
               "an integer >= 0")
         if self.evaluator_period_seconds is not None:
             check(self.evaluator_period_seconds >= 0, "evaluator_period_seconds", ">= 0 or None")
+        check(self.variable_publish_seconds >= 0, "variable_publish_seconds", ">= 0 seconds")
         for name in ("checkpoint_period_seconds", "poll_seconds", "startup_timeout_seconds",
                      "health_timeout_seconds", "stop_timeout_seconds"):
             check(getattr(self, name) > 0, name, "> 0 seconds")
@@ -236,7 +239,7 @@ class DistributedProgram:
             self._settings, node_seed(self.seed, _ROLE_LEARNER), self.replay, self.counter, use_gpu=use_gpu,
             checkpoint_period_seconds=opts.checkpoint_period_seconds, keep_checkpoints=opts.keep_checkpoints,
             checkpoint_replay=opts.checkpoint_replay, resume=self.resume,
-            samples_in_flight=opts.samples_in_flight)
+            samples_in_flight=opts.samples_in_flight, publish_interval=opts.variable_publish_seconds)
         self._learner_ref = self.learner.run.remote(opts.max_learner_steps)
         for index in range(opts.num_actors):
             self._actor_generation.append(0)

@@ -3,7 +3,9 @@
 Learner side, `VariablePublisher`: `get()` answers `(version, [ObjectRef])`. The parameters are put
 into Ray's object store once per learner version and every requester receives a reference to that
 one object, so N actors asking at once cost one host copy on the learner, and on a multi-machine
-cluster one transfer per machine rather than one per actor.
+cluster one transfer per machine rather than one per actor. A learner that steps faster than the
+requests arrive makes every request a new version; `min_interval` seconds (0: off, the reference's
+behaviour) lets all requests within that time share one copy, at the price of that much staleness.
 
 Acting side, `AsyncVariableClient`: a `params_source` for `dmpo.acting.Actor` (which calls it on
 every `update()`, i.e. after every environment step). Every `update_period` calls it starts a fetch
@@ -23,20 +25,38 @@ import ray
 
 
 class VariablePublisher:
-    """Caches one object-store copy of the latest variables per version (thread-safe)."""
+    """Caches one object-store copy of the latest variables per version (thread-safe).
 
-    def __init__(self, read: Callable[[], Any], version: Callable[[], int]) -> None:
+    Args:
+      read: returns the current variables (a numpy pytree).
+      version: returns the current version (the learner step).
+      min_interval: seconds a copy keeps being served after it was made, even if the version moved on.
+      clock: time source (injectable for tests).
+    """
+
+    def __init__(self, read: Callable[[], Any], version: Callable[[], int], *, min_interval: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not min_interval >= 0:
+            raise ValueError(f"min_interval must be >= 0 seconds, got {min_interval!r}")
         self._read = read
         self._version = version
+        self._min_interval = min_interval
+        self._clock = clock
         self._lock = threading.Lock()
-        self._cached: tuple[int, Any] | None = None
+        self._cached: tuple[int, Any, float] | None = None  # (version, ref, when it was made)
+        self.copies = 0
 
     def get(self) -> tuple[int, list[Any]]:
         version = int(self._version())
         with self._lock:
-            if self._cached is None or self._cached[0] != version:
-                self._cached = (version, ray.put(self._read()))
-            cached_version, ref = self._cached
+            now = self._clock()
+            stale = self._cached is None or (self._cached[0] != version
+                                             and now - self._cached[2] >= self._min_interval)
+            if stale:
+                self._cached = (version, ray.put(self._read()), now)
+                self.copies += 1
+            assert self._cached is not None
+            cached_version, ref, _ = self._cached
         return cached_version, [ref]  # wrapped in a list so Ray passes the reference, not the value
 
 
