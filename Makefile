@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 test: lint
-	MUJOCO_GL=egl $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	MUJOCO_GL=egl $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV)

@@ -91,3 +91,18 @@ def test_train_eval_plot_end_to_end(tmp_path):
                           capture_output=True, text=True, timeout=600, env=env)
     assert plot.returncode == 0, plot.stderr[-3000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.ray
+def test_distributed_train_and_resume_from_the_command_line(tmp_path):
+    """`dmpo train --actors 2` on a private local Ray cluster keeps the TrainConfig and checkpoints."""
+    run = tmp_path / "run"
+    cli = [sys.executable, "-m", "dmpo.cli"]
+    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin", "RAY_AUTH_MODE": "disabled"}
+    common = ["--action-repeat", "8", "--eval-episodes", "1", *TINY]
+    first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--run-dir", str(run), *common],
+                           capture_output=True, text=True, timeout=600, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "finished:" in first.stdout
+    assert (run / "config.json").read_text().count('"actors": 2') == 1  # the whole TrainConfig is kept
+    assert any((run / "checkpoints").iterdir())

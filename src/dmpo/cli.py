@@ -55,10 +55,8 @@ def train(
     if config.pixels:
         os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
     if config.actors:
-        from dmpo.distributed import run_distributed
-
-        summary = run_distributed(config, run_dir=run_dir, resume=resume is not None, ray_address=ray_address,
-                                  progress=progress)
+        summary = _train_distributed(config, run_dir, resume=resume is not None, progress=progress,
+                                     ray_address=ray_address)
     else:
         from dmpo.envs import EnvError
         from dmpo.runners.local import train as train_locally
@@ -70,6 +68,40 @@ def train(
     last = summary.get("last_eval") or {}
     print(f"finished: {summary['env_steps']} env steps, run directory {summary['run_dir']}"
           + (f", last evaluation return {last['return_mean']:.1f}" if "return_mean" in last else ""))
+
+
+def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
+                       ray_address: str | None) -> dict:
+    """`dmpo train --actors N`: the Ray program of `dmpo.distributed` on this TrainConfig."""
+    from dmpo.distributed import NodeFailure, run_distributed
+    from dmpo.envs import EnvError, TaskFactory
+    from dmpo.runs import RunDirectory, new_run_path
+
+    config = config.resolved()
+    factory = TaskFactory(config.env, pixels=config.pixels, action_repeat=config.action_repeat)
+    if not resume:
+        try:
+            factory(False, seed=config.seed).close()  # an unknown task fails here, before a run exists
+        except EnvError as error:
+            _fail(str(error))
+        run_dir = Path(run_dir) if run_dir is not None else new_run_path()
+        try:  # the run directory records the whole TrainConfig, so that --resume can rebuild it
+            RunDirectory.create(run_dir, config, seed=config.seed)
+        except (FileExistsError, ConfigError) as error:
+            _fail(str(error))
+    try:
+        result = run_distributed(config.agent, factory, num_actors=config.actors, run_dir=run_dir,
+                                 seed=config.seed, max_actor_steps=config.steps, ray_address=ray_address,
+                                 evaluator_episodes=max(config.eval_episodes, 1), progress=progress,
+                                 resume=resume)
+    except NodeFailure as error:
+        print(f"dmpo: error: {error}", file=sys.stderr)
+        print(f"dmpo: continue with: dmpo train --resume {run_dir}", file=sys.stderr)
+        raise SystemExit(1) from error
+    returns = [value for _, value in result.evaluator_returns[-config.eval_episodes or None:]]
+    last_eval = {"return_mean": sum(returns) / len(returns)} if returns else None
+    return {"env_steps": int(result.counts.get("actor_steps", 0)), "run_dir": result.run_dir,
+            "last_eval": last_eval}
 
 
 def evaluate(
