@@ -173,6 +173,7 @@ def test_writer_backpressure_and_prefetching_sampler_obey_the_ratio(cluster):
     assert all(batch.observation.shape == (4, 3) for batch in seen)
     stats = ray.get(replay.stats.remote())
     assert 75 <= stats.inserts < 96 and stats.samples >= 120 and thread.is_alive()
+    assert stats.inserts <= writer.items_sent <= stats.inserts + 2 * 8  # at most 2 calls of 8 in flight
     assert limiter.min_diff <= stats.inserts * spi - stats.samples <= limiter.max_diff
     # Every sampled item is one that was written (observations count 0..95).
     values = np.concatenate([batch.observation[:, 0] for batch in seen])
@@ -403,6 +404,9 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
     # Counts continue from the checkpoint and add up exactly across nodes.
     own_steps = sum(actor["steps"] for actor in result.actors)
     assert len(result.actors) == 2 and all(actor["steps"] > 0 for actor in result.actors)
+    for actor in result.actors:  # whole episodes, all sent: T + n − 1 items per episode of T ≥ n steps
+        assert actor["steps"] == EPISODE_LENGTH * actor["episodes"]
+        assert actor["items_sent"] == (EPISODE_LENGTH + TINY.n_step - 1) * actor["episodes"]
     assert result.counts["actor_steps"] == saved["counts"]["actor_steps"] + own_steps
     assert result.counts["actor_episodes"] == (
         saved["counts"]["actor_episodes"] + sum(actor["episodes"] for actor in result.actors)

@@ -91,7 +91,7 @@ class ActorNode:
             "variable_fetches": self._variables.num_fetches,
             "variable_fetch_seconds": self._variables.fetch_seconds,
             "insert_blocked_seconds": self._writer.blocked_seconds,
-            "items_inserted": self._writer.items_sent,
+            "items_sent": self._writer.items_sent,
         }
 
 

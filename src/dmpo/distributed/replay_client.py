@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import ray
+import tree
 
 
 class StreamClosed(RuntimeError):
@@ -40,18 +42,16 @@ class RemoteReplayWriter:
         self._poll_seconds = poll_seconds
         self._should_stop = should_stop or (lambda: False)
         self._pending: collections.deque[Any] = collections.deque()
-        self.items_sent = 0
+        self.items_sent = 0  # submitted to the replay node (applied or still in flight)
         self.blocked_seconds = 0.0
 
     def insert_batch(self, items: Any, priorities: Any = None, timeout: float | None = None) -> None:
         del timeout  # the wait below is bounded by should_stop instead
         self._wait_until_fewer_than(self._max_in_flight)
         self._pending.append(self._service.insert_batch.remote(items, priorities))
+        self.items_sent += int(tree.flatten(items)[0].shape[0])
 
     def insert(self, item: Any, priority: float = 1.0, timeout: float | None = None) -> None:
-        import numpy as np
-        import tree
-
         batched = tree.map_structure(lambda x: np.asarray(x)[None], item)
         self.insert_batch(batched, np.asarray([priority]), timeout)
 
@@ -70,7 +70,7 @@ class RemoteReplayWriter:
             ready, _ = ray.wait([oldest], timeout=self._poll_seconds)
             if ready:
                 self._pending.popleft()
-                self.items_sent += ray.get(oldest)  # re-raises a failed insert here
+                ray.get(oldest)  # re-raises a failed insert here
             elif self._should_stop():
                 break
         self.blocked_seconds += time.monotonic() - start
