@@ -11,17 +11,13 @@ Entry point (what `dmpo train --actors N` calls)::
 Modules: `cluster` (local localhost-only cluster or join one), `replay_service` / `replay_client`
 (the table node, the bounded writer and the prefetching sample stream), `counter_service` (shared
 counts), `variables` (publishing and asynchronously fetching the target policy), `actor`,
-`learner_node`, `evaluator` (the nodes), `program` (start, monitor, restart, stop).
+`learner_node`, `evaluator` (the nodes), `options` (program settings and result), `program` (start,
+monitor, restart, stop).
 """
 
 from dmpo.distributed.cluster import ClusterInfo, ray_cluster, start_local_cluster
-from dmpo.distributed.program import (
-    DistributedProgram,
-    DistributedResult,
-    NodeFailure,
-    ProgramOptions,
-    run_distributed,
-)
+from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
+from dmpo.distributed.program import DistributedProgram, run_distributed
 from dmpo.distributed.replay_service import make_rate_limiter
 
 __all__ = [
