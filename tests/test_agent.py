@@ -173,3 +173,25 @@ def test_resume_after_kill_continues_exactly(tmp_path):
     for a, b in zip(jax.tree_util.tree_leaves(state_full), jax.tree_util.tree_leaves(state_resumed),
                     strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_overlapped_learner_holds_the_ratio_and_stops_cleanly(tmp_path):
+    env_factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1,  # noqa: E731
+                                               episode_length=10, seed=seed % 1000)
+    config = dataclasses.replace(reach_config(400), checkpoint_every=200, overlap_learner=True, eval_every=0,
+                                 agent=tiny_config(min_replay_size=20, max_replay_size=500, batch_size=8,
+                                                   samples_per_insert=4.0))
+    summary = train(config, tmp_path / "run", env_factory=env_factory, progress=False, quiet=True)
+    assert summary["env_steps"] == 400
+    from dmpo.runners.checkpoints import TrainingCheckpoints
+
+    checkpoints = TrainingCheckpoints(tmp_path / "run" / "checkpoints")
+    assert checkpoints.steps() == [200, 400]  # taken while the learner thread was running
+    learner_steps = summary["counts"]["learner_steps"]
+    # The rate limiter lets the learner sample ~spi per inserted item, within its error buffer.
+    items = 400 + 40 * (2 - 1)  # T + n - 1 items per 10-step episode, n = 2
+    assert learner_steps * 8 <= 4.0 * items + max(0.1 * 4.0 * 20, 2 * 4.0) + 8
+    assert learner_steps >= 1
+    import threading
+
+    assert not any(t.name == "dmpo-learner" for t in threading.enumerate())

@@ -25,7 +25,7 @@ import numpy as np
 
 from dmpo.acting import Actor
 from dmpo.config import DMPOConfig
-from dmpo.learning import Learner
+from dmpo.learning import BatchSlot, Learner
 from dmpo.networks import DMPONetworks, PolicyParams, make_networks
 from dmpo.replay import (
     FrameStackTable,
@@ -88,22 +88,6 @@ class _OnDemandSampler:
         pass
 
 
-class _Handoff:
-    """Gives the learner the batch its thread fetched outside the pause lock (see `_learner_loop`)."""
-
-    def __init__(self) -> None:
-        self.batch: Any = None
-
-    def __iter__(self) -> _Handoff:
-        return self
-
-    def __next__(self) -> Any:
-        batch, self.batch = self.batch, None
-        if batch is None:
-            raise RuntimeError("the overlapped learner stepped without a batch")
-        return batch
-
-
 class DMPO:
     """Single-process DMPO, driven by an environment loop (observe_first, select_action, observe, update).
 
@@ -134,7 +118,7 @@ class DMPO:
         self.table = make_table(environment_spec, config.max_replay_size, self._make_rate_limiter(),
                                 seed=table_seed)
         self.adder = NStepTransitionAdder(self.table, config.n_step, config.learner.discount)
-        self._handoff = _Handoff()
+        self._handoff = BatchSlot()
         if overlap_learner:
             self._iterator: Any = PrefetchingIterator(self.table, config.batch_size, config.prefetch_size)
         else:
@@ -197,7 +181,7 @@ class DMPO:
         # holding it would deadlock with a checkpoint taken by the acting thread, the only inserter.
         try:
             while not self._stop.is_set():
-                self._handoff.batch = next(self._iterator)
+                self._handoff.put(next(self._iterator))
                 with self._learner_lock:
                     if self._stop.is_set():
                         break

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -25,22 +24,6 @@ from dmpo.distributed.common import NodeSettings, make_networks, make_node_logge
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.replay_client import RemoteSampleStream, StreamClosed
 from dmpo.distributed.variables import VariablePublisher
-
-
-class _HandOff(Iterator[Any]):
-    """A one-item slot: the run loop puts the batch it fetched, the learner's `next()` takes it."""
-
-    def __init__(self) -> None:
-        self._item: Any = None
-
-    def put(self, item: Any) -> None:
-        self._item = item
-
-    def __next__(self) -> Any:
-        item, self._item = self._item, None
-        if item is None:
-            raise RuntimeError("learner asked for a batch the run loop did not fetch")
-        return item
 
 
 class _RemoteTable:
@@ -60,7 +43,7 @@ class LearnerNode:
                  checkpoint_period_seconds: float = 600.0, keep_checkpoints: int = 2,
                  checkpoint_replay: bool = False, resume: bool = False, samples_in_flight: int = 2,
                  publish_interval: float = 0.0) -> None:
-        from dmpo.learning import Learner
+        from dmpo.learning import BatchSlot, Learner
 
         config = settings.config
         self._counter_service = counter_service
@@ -68,7 +51,7 @@ class LearnerNode:
         self._lock = threading.Lock()
         self._stream = RemoteSampleStream(replay, config.batch_size, num_in_flight=samples_in_flight,
                                           prefetch_size=config.prefetch_size)
-        self._handoff = _HandOff()
+        self._handoff = BatchSlot()
         self._counter = make_child_counter(counter_service, "learner", settings.counter_time_delta)
         self._logger = make_node_logger("learner", settings.run_dir, time_delta=settings.log_time_delta)
         self._learner = Learner(make_networks(settings), settings.env_spec, config.learner, self._handoff,

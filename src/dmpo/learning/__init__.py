@@ -1,6 +1,6 @@
 """The DMPO learner: training state, the pure jitted update, target updates, the Learner object."""
 
-from dmpo.learning.learner import Learner
+from dmpo.learning.learner import BatchSlot, Learner
 from dmpo.learning.state import Optimizers, TrainingState, init_training_state, make_optimizers
 from dmpo.learning.targets import periodic_targets, polyak_targets, update_targets
 from dmpo.learning.update import (
@@ -14,6 +14,7 @@ from dmpo.learning.update import (
 )
 
 __all__ = [
+    "BatchSlot",
     "Bootstrap",
     "Learner",
     "Optimizers",

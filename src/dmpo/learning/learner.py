@@ -26,6 +26,26 @@ class LoggerLike(Protocol):
     def write(self, data: dict[str, Any]) -> None: ...
 
 
+class BatchSlot(Iterator[Any]):
+    """A one-batch iterator: a run loop `put`s the batch it fetched, `Learner.step()` takes it.
+
+    Lets a run loop wait for data *outside* a lock that it holds around `step()` (waiting inside it
+    deadlocks with whoever needs that lock to produce the data: an acting thread taking a checkpoint,
+    an actor waiting for its first parameters)."""
+
+    def __init__(self) -> None:
+        self._batch: Any = None
+
+    def put(self, batch: Any) -> None:
+        self._batch = batch
+
+    def __next__(self) -> Any:
+        batch, self._batch = self._batch, None
+        if batch is None:
+            raise RuntimeError("the learner asked for a batch that its run loop did not put in the slot")
+        return batch
+
+
 class Learner:
     """Owns a `TrainingState` and advances it one batch at a time.
 
