@@ -1,0 +1,55 @@
+"""Config defaults equal the reference's; the training preset differs only where documented."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dmpo.config import (
+    ConfigError,
+    DMPOConfig,
+    LearnerConfig,
+    MPOLossConfig,
+    NetworkConfig,
+    TrainConfig,
+    control_suite_preset,
+)
+
+
+def test_defaults_are_the_reference_values():
+    config = DMPOConfig()  # spec §3, §4.2, §5, §6.4
+    assert (config.batch_size, config.prefetch_size, config.min_replay_size, config.max_replay_size,
+            config.samples_per_insert, config.n_step) == (256, 4, 1000, 1_000_000, 32.0, 5)
+    learner = config.learner
+    assert (learner.discount, learner.num_samples, learner.target_policy_update_period,
+            learner.target_critic_update_period, learner.policy_learning_rate, learner.critic_learning_rate,
+            learner.dual_learning_rate, learner.clipping, learner.max_gradient_norm) == (
+        0.99, 20, 100, 100, 1e-4, 1e-4, 1e-2, True, 40.0)
+    assert learner.mpo == MPOLossConfig(0.1, 1e-3, 2.5e-3, 1e-6, 10.0, 10.0, 1000.0, True, True)
+    assert config.networks == NetworkConfig((256, 256, 256), (512, 512, 256), -150.0, 150.0, 51, 0.7)
+    assert config.min_observations == 1000 and config.observations_per_step == 8.0
+
+
+def test_training_preset_changes_only_the_documented_values():
+    preset, reference = control_suite_preset(), DMPOConfig()
+    assert TrainConfig().agent == preset
+    changed = {f.name for f in dataclasses.fields(LearnerConfig)
+               if getattr(preset.learner, f.name) != getattr(reference.learner, f.name)}
+    assert changed == {"policy_learning_rate", "critic_learning_rate", "target_policy_update_period"}
+    assert dataclasses.replace(preset, learner=reference.learner) == reference
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: NetworkConfig(num_atoms=1), "NetworkConfig.num_atoms"),
+    (lambda: NetworkConfig(policy_layer_sizes=()), "NetworkConfig.policy_layer_sizes"),
+    (lambda: LearnerConfig(num_samples=0), "LearnerConfig.num_samples"),
+    (lambda: LearnerConfig(target_update_rate=1.5), "LearnerConfig.target_update_rate"),
+    (lambda: MPOLossConfig(epsilon=0.0), "MPOLossConfig.epsilon"),
+    (lambda: DMPOConfig(min_replay_size=10, max_replay_size=5, batch_size=5), "DMPOConfig.min_replay_size"),
+    (lambda: DMPOConfig(samples_per_insert=-1.0), "DMPOConfig.samples_per_insert"),
+    (lambda: TrainConfig(eval_every=-1), "TrainConfig.eval_every"),
+])
+def test_bad_values_name_their_field(make, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        make()
