@@ -42,7 +42,7 @@ class ActorNode:
         self.index = index
         self.seed = seed
         self._stop = threading.Event()
-        self._environment = make_environment(settings.environment, is_eval=False, seed=seed)
+        self._settings = settings
         networks = make_networks(settings)
         self._variables = AsyncVariableClient(learner.get_variables.remote, settings.variable_update_period)
         self._writer = RemoteReplayWriter(replay, max_in_flight=max_inserts_in_flight,
@@ -51,12 +51,13 @@ class ActorNode:
                                       signature=transition_signature(settings.env_spec))
         adder = NStepTransitionAdder(self._batcher, settings.config.n_step, settings.config.learner.discount)
         # update_period=1: the variable client itself decides when to fetch (every call is cheap).
-        actor = Actor(networks, self._variables, seed=seed, adder=adder, update_period=1)
+        self._actor = Actor(networks, self._variables, seed=seed, adder=adder, update_period=1)
         self._counter = make_child_counter(counter_service, "actor", settings.counter_time_delta)
         self._logger = make_node_logger("actor", settings.run_dir if persist_logs else None,
                                         time_delta=settings.log_time_delta)
-        self._loop = EnvironmentLoop(self._environment, actor, self._counter, self._logger, label="actor",
-                                     should_stop=self._stop.is_set, on_episode_end=self._count_episode)
+        self._make_loop = lambda environment: EnvironmentLoop(
+            environment, self._actor, self._counter, self._logger, label="actor",
+            should_stop=self._stop.is_set, on_episode_end=self._count_episode)
         self.steps = 0
         self.episodes = 0
 
@@ -67,7 +68,10 @@ class ActorNode:
     def run(self, max_steps: int | None = None) -> dict[str, Any]:
         """Acts until `stop()` or until at least `max_steps` steps of this node; returns `stats()`."""
         try:
-            self._loop.run(num_steps=max_steps)
+            # Built on the thread that steps it: a pixel environment's OpenGL context belongs to the
+            # thread that created it, and Ray runs methods on other threads than the constructor's.
+            environment = make_environment(self._settings.environment, is_eval=False, seed=self.seed)
+            self._make_loop(environment).run(num_steps=max_steps)
             self._batcher.flush()
             self._writer.flush()
         finally:

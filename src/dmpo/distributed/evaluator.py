@@ -40,15 +40,16 @@ class EvaluatorNode:
         self._episodes_per_round = episodes_per_round
         self._period = float(period_seconds)
         self._stop = threading.Event()
-        environment = make_environment(settings.environment, is_eval=True, seed=seed)
+        self._settings, self._seed = settings, seed
         networks = make_networks(settings)
         # Periodic blocking refreshes only: the period is never reached by the step count.
         self._variables = AsyncVariableClient(learner.get_variables.remote, update_period=2**62)
         actor = Actor(networks, self._variables, seed=seed, deterministic=True, update_period=1)
         self._counter = make_child_counter(counter_service, "evaluator", settings.counter_time_delta)
         self._logger = make_node_logger("evaluator", settings.run_dir, time_delta=0.0)
-        self._loop = EnvironmentLoop(environment, actor, self._counter, self._logger, label="evaluator",
-                                     should_stop=self._stop.is_set, on_episode_end=self._record)
+        self._make_loop = lambda environment: EnvironmentLoop(
+            environment, actor, self._counter, self._logger, label="evaluator",
+            should_stop=self._stop.is_set, on_episode_end=self._record)
         self.returns: list[tuple[int, float]] = []  # (learner variable version, episode return)
 
     def _record(self, row: dict[str, Any]) -> None:
@@ -57,10 +58,13 @@ class EvaluatorNode:
     def run(self) -> list[tuple[int, float]]:
         """Evaluates until `stop()`; returns every (variable version, return) pair."""
         try:
+            # Built on this thread: a pixel environment's OpenGL context is bound to its creating thread.
+            environment = make_environment(self._settings.environment, is_eval=True, seed=self._seed)
+            loop = self._make_loop(environment)
             while not self._stop.is_set():
                 started = time.monotonic()
                 self._variables.update(wait=True)
-                self._loop.run(num_episodes=self._episodes_per_round)
+                loop.run(num_episodes=self._episodes_per_round)
                 self._stop.wait(max(0.0, self._period - (time.monotonic() - started)))
         finally:
             self._counter.sync()

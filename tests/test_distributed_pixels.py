@@ -1,0 +1,36 @@
+"""Distributed DMPO on a real pixel task: actors and evaluator render on the threads that step them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig  # noqa: E402
+from dmpo.distributed import run_distributed  # noqa: E402
+from dmpo.distributed.options import ProgramOptions  # noqa: E402
+from dmpo.envs import TaskFactory  # noqa: E402
+from dmpo.runners.checkpoints import TrainingCheckpoints  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+
+def test_pixel_task_trains_with_an_actor_and_an_evaluator(tmp_path):
+    config = DMPOConfig(
+        batch_size=8, min_replay_size=100, max_replay_size=1000, samples_per_insert=8.0, n_step=3,
+        learner=LearnerConfig(num_samples=2, augmentation="batch_shift"),
+        networks=NetworkConfig(policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5,
+                               observation_network="drq"),
+    )
+    factory = TaskFactory("dmc:cartpole-swingup", pixels=True, action_repeat=8, image_size=32)
+    # No actor restarts allowed: an actor that cannot render fails the run instead of being replaced.
+    result = run_distributed(config, factory, num_actors=1, run_dir=tmp_path / "run", max_actor_steps=250,
+                             num_cpus=2, evaluator_period_seconds=0.0, progress=False,
+                             options=ProgramOptions(max_actor_restarts=0))
+    assert result.status == "finished"
+    assert result.counts["actor_steps"] >= 250 and result.counts["learner_steps"] > 0
+    assert result.evaluator_returns  # the evaluator rendered and finished episodes
+    assert TrainingCheckpoints(tmp_path / "run" / "checkpoints").steps()
