@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -175,6 +176,8 @@ def plot(
 
 
 def main(argv: list[str] | None = None) -> None:
+    # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
+    warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
     try:
         tyro.extras.subcommand_cli_from_dict(
             {"train": train, "eval": evaluate, "plot": plot},
