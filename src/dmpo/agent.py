@@ -140,9 +140,9 @@ class DMPO:
         config = self.config
         if not self.overlap_learner:
             return MinSize(1)  # spec §2: the single-process table never throttles; update() holds the ratio
+        # The distributed agent's guarded window (spec §8.2 item 25), from the first learner step on.
         spi = float(config.samples_per_insert)
-        buffer = max(0.1 * spi * config.min_observations, 2 * spi)  # guarded like spec §8.2 item 25
-        return SampleToInsertRatio(spi, config.min_observations, buffer)
+        return SampleToInsertRatio.from_agent_defaults(spi, config.min_observations)
 
     # -- acting -----------------------------------------------------------------------------------
     def select_action(self, observation: Any) -> np.ndarray:
