@@ -105,7 +105,10 @@ class Learner:
             counts = {"steps": self._local_steps}
         result = {**metrics, **counts}
         if self._logger is not None:
-            self._logger.write({key: _to_python(value) for key, value in result.items()})
+            # One transfer for every metric: a per-metric fetch re-acquires the GIL once per value,
+            # which an acting thread running beside this one can delay by a switch interval each time.
+            host = jax.device_get(result)
+            self._logger.write({key: _to_python(value) for key, value in host.items()})
         return result
 
     def run(self, num_steps: int) -> None:
@@ -147,5 +150,5 @@ def _host_copy(tree: Any) -> Any:
 
 
 def _to_python(value: Any) -> Any:
-    array = np.asarray(jax.device_get(value))
+    array = np.asarray(value)
     return array.item() if array.size == 1 else array
