@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -15,8 +14,6 @@ import dmpo
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, MPOLossConfig, NetworkConfig
 from dmpo.runs import (
     RunDirectory,
-    atomic_write_bytes,
-    atomic_write_text,
     config_from_dict,
     config_to_dict,
     default_run_id,
@@ -109,31 +106,6 @@ def test_type_header_must_match(tmp_path):
         config_from_dict({"type": "nowhere.Thing", "config": {}})
     with pytest.raises(TypeError, match="dataclass instance"):
         config_to_dict({"a": 1})
-
-
-# ----------------------------------------------------------------------------------------- atomic writes
-
-
-def test_atomic_write_replaces_content(tmp_path):
-    path = tmp_path / "f.txt"
-    atomic_write_text(path, "one")
-    atomic_write_bytes(path, b"two")
-    assert path.read_bytes() == b"two"
-    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
-
-
-def test_atomic_write_failure_keeps_old_file_and_no_temp(tmp_path, monkeypatch):
-    path = tmp_path / "f.json"
-    atomic_write_text(path, "old")
-
-    def broken_replace(src, dst):
-        raise OSError("disk went away")
-
-    monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk went away"):
-        atomic_write_text(path, "new")
-    assert path.read_text() == "old"
-    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
 # ------------------------------------------------------------------------------------------- directories

@@ -17,18 +17,18 @@ are deleted after the new one is in place. One writer per directory is assumed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import flax.serialization
 import numpy as np
+
+from dmpo.files import atomic_write
 
 FORMAT = "dmpo-checkpoint"
 VERSION = 1
@@ -79,15 +79,6 @@ def _first_mismatch(expected: list[list[Any]], found: list[list[Any]]) -> str | 
             return (f"leaf {path!r} (shape {tuple(shape)} {dtype}) is in the checkpoint but not in "
                     "the template")
     return None
-
-
-def _fsync_directory(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform can open a directory
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class Checkpointer:
@@ -149,17 +140,7 @@ class Checkpointer:
         return path
 
     def _write_atomically(self, path: Path, blob: bytes) -> None:
-        fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".tmp", dir=self._directory)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(blob)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temp_name, path)
-        except BaseException:
-            Path(temp_name).unlink(missing_ok=True)
-            raise
-        _fsync_directory(self._directory)
+        atomic_write(path, lambda file: file.write(blob), temp_prefix=_TEMP_PREFIX, sync_directory=True)
 
     def _prune(self) -> None:
         for step in self.all_steps()[:-self._max_to_keep]:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dmpo.runs import atomic_write_bytes
+from dmpo.files import atomic_write_bytes
 
 __all__ = ["Curve", "aggregate_curves", "group_runs", "load_curve", "plot_runs", "smooth"]
 

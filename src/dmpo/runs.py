@@ -9,8 +9,7 @@ Layout of a run directory (spec §9, rooted at `./runs/<run-id>` instead of `~/a
     videos/         evaluation videos
 
 Every JSON file is written atomically (temporary file in the same folder + `os.replace`), so a crash
-never leaves a half-written file behind; `atomic_write_bytes` / `atomic_write_text` are shared with
-other modules for the same reason.
+never leaves a half-written file behind (`dmpo.files`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import importlib
 import json
 import os
 import sys
-import tempfile
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -31,12 +29,11 @@ from typing import Any, Literal, TypeVar
 
 import dmpo
 from dmpo.config import ConfigError
+from dmpo.files import atomic_write_text
 
 __all__ = [
     "RunDirectory",
-    "atomic_write_bytes",
     "atomic_write_json",
-    "atomic_write_text",
     "config_from_dict",
     "config_to_dict",
     "default_run_id",
@@ -51,25 +48,6 @@ _STATUSES = typing.get_args(Status)
 _SUBDIRS = ("logs", "tb", "checkpoints", "snapshots", "videos")
 
 # ------------------------------------------------------------------------------------------ atomic writes
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replaces `path` with `data` in one step: readers see the old file or the new one, never a mix."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> None:
-    atomic_write_bytes(path, text.encode(encoding))
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:

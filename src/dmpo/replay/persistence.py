@@ -9,14 +9,14 @@ checked on read) raises `CheckpointError` naming the file.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import zipfile
 from typing import Any
 
 import numpy as np
+
+from dmpo.files import atomic_write
 
 FORMAT = "dmpo.replay.table"
 VERSION = 1
@@ -30,20 +30,9 @@ class CheckpointError(ValueError):
 def write_archive(path: str | os.PathLike, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """Atomically write `header` and `arrays` to `path`."""
     path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
     header = {"format": FORMAT, "version": VERSION, **header}
     encoded = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{_HEADER: encoded}, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda file: np.savez(file, **{_HEADER: encoded}, **arrays))
 
 
 def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
