@@ -17,7 +17,7 @@ from dmpo.networks.factories import (
     pixel_network_config,
 )
 from dmpo.networks.heads import CategoricalValueHead, GaussianPolicyHead, make_support, support_atoms
-from dmpo.networks.mlp import MLP, BatchFlatten, LayerNormMLP, batch_concat, elu
+from dmpo.networks.mlp import MLP, BatchFlatten, LayerNormMLP, batch_concat
 
 __all__ = [
     "MLP",
@@ -32,7 +32,6 @@ __all__ = [
     "Policy",
     "PolicyParams",
     "batch_concat",
-    "elu",
     "dummy_observation",
     "init_params",
     "make_control_networks",

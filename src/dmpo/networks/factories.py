@@ -17,15 +17,7 @@ import numpy as np
 from dmpo.config import NetworkConfig
 from dmpo.networks.critic import Critic, EmbeddingProjection
 from dmpo.networks.heads import CategoricalValueHead, GaussianPolicyHead, make_support
-from dmpo.networks.mlp import (
-    MLP,
-    Activation,
-    BatchFlatten,
-    Initializer,
-    LayerNormMLP,
-    default_mlp_init,
-    elu,
-)
+from dmpo.networks.mlp import MLP, Activation, BatchFlatten, Initializer, LayerNormMLP, default_mlp_init
 from dmpo.types import EnvironmentSpec
 
 Variables = Any  # a Flax variables dict, e.g. {"params": {...}} (empty for BatchFlatten)
@@ -110,7 +102,7 @@ def _action_bounds(env_spec: EnvironmentSpec) -> tuple[np.ndarray, np.ndarray]:
 def _policy(
     action_dim: int,
     config: NetworkConfig,
-    activation: Activation = elu,
+    activation: Activation = nn.elu,
     kernel_init: Initializer = default_mlp_init,
     head_init: Initializer | None = None,
 ) -> Policy:
