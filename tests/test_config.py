@@ -45,6 +45,7 @@ def test_training_preset_changes_only_the_documented_values():
     (lambda: NetworkConfig(policy_layer_sizes=()), "NetworkConfig.policy_layer_sizes"),
     (lambda: LearnerConfig(num_samples=0), "LearnerConfig.num_samples"),
     (lambda: LearnerConfig(target_update_rate=1.5), "LearnerConfig.target_update_rate"),
+    (lambda: LearnerConfig(augmentation="random_crop"), "LearnerConfig.augmentation"),
     (lambda: MPOLossConfig(epsilon=0.0), "MPOLossConfig.epsilon"),
     (lambda: DMPOConfig(min_replay_size=10, max_replay_size=5, batch_size=5), "DMPOConfig.min_replay_size"),
     (lambda: DMPOConfig(samples_per_insert=-1.0), "DMPOConfig.samples_per_insert"),
@@ -53,3 +54,9 @@ def test_training_preset_changes_only_the_documented_values():
 def test_bad_values_name_their_field(make, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         make()
+
+
+def test_augmentation_error_lists_the_modes():
+    with pytest.raises(ConfigError, match=r"one of \['none', 'batch_shift', 'image_shift'\], got 'shift'"):
+        LearnerConfig(augmentation="shift")
+    assert LearnerConfig(augmentation="image_shift").augmentation == "image_shift"

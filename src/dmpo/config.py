@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from typing import Literal
 
 
@@ -128,6 +129,9 @@ class LearnerConfig:
         _positive_int(self, "num_samples", "target_policy_update_period", "target_critic_update_period")
         _positive(self, "policy_learning_rate", "critic_learning_rate", "dual_learning_rate",
                   "max_gradient_norm")
+        modes = typing.get_args(typing.get_type_hints(LearnerConfig)["augmentation"])
+        _check(self.augmentation in modes, "LearnerConfig.augmentation", f"one of {list(modes)}",
+               self.augmentation)
         if self.target_update_rate is not None:
             _check(0.0 < self.target_update_rate <= 1.0, "LearnerConfig.target_update_rate",
                    "in (0, 1] or None", self.target_update_rate)
