@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dmpo.config import DMPOConfig, LearnerConfig
-from dmpo.plotting import Curve, aggregate_curves, group_runs, load_curve, plot_runs, smooth
+from dmpo.plotting import Curve, _short_names, aggregate_curves, group_runs, load_curve, plot_runs, smooth
 from dmpo.runs import RunDirectory
 from dmpo.utils.logging import CSVLogger
 
@@ -49,9 +49,17 @@ def test_plot_runs_writes_a_png(four_runs, tmp_path):
 
 def test_default_grouping_ignores_seeds_and_labels_by_difference(four_runs):
     groups = group_runs(four_runs)
-    assert groups == {"agent.learner.discount=0.9": four_runs[:2],
-                      "agent.learner.discount=0.99": four_runs[2:]}
+    assert groups == {"discount=0.9": four_runs[:2], "discount=0.99": four_runs[2:]}
     assert group_runs(four_runs[:2]) == {"2 runs": four_runs[:2]}
+
+
+def test_legend_names_are_short_unless_ambiguous():
+    names = ["config.agent.learner.discount", "config.agent.learner.mpo.epsilon", "config.agent.n_step",
+             "config.agent.learner.n_step"]
+    assert _short_names(names) == {"config.agent.learner.discount": "discount",
+                                   "config.agent.learner.mpo.epsilon": "epsilon",
+                                   "config.agent.n_step": "agent.n_step",
+                                   "config.agent.learner.n_step": "agent.learner.n_step"}
 
 
 def test_grouping_by_field_or_function(four_runs, tmp_path):

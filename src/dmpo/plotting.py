@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+import textwrap
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -173,8 +174,8 @@ def _default_groups(runs: Sequence[Path]) -> dict[str, list[Path]]:
         if key not in settings:
             labels[key] = members[0].name
         elif differing:
-            labels[key] = ", ".join(f"{name.removeprefix('config.')}={_show(settings[key].get(name))}"
-                                    for name in differing)
+            short = _short_names(differing)
+            labels[key] = ", ".join(f"{short[name]}={_show(settings[key].get(name))}" for name in differing)
         else:
             labels[key] = f"{len(members)} run{'s' if len(members) > 1 else ''}"
     return {labels[key]: members for key, members in keyed.items()}
@@ -235,6 +236,14 @@ def plot_runs(
     return _draw(aggregated, Path(output), x_keys.pop(), y, title or f"{y} ({label_source})")
 
 
+def _short_names(names: Sequence[str]) -> dict[str, str]:
+    """Legend names: a field's last component (`policy_learning_rate`) unless two differing fields share
+    it, then its path below `config.` (`agent.learner.discount`)."""
+    last = [name.rsplit(".", 1)[-1] for name in names]
+    return {name: tail if last.count(tail) == 1 else name.removeprefix("config.")
+            for name, tail in zip(names, last, strict=True)}
+
+
 def _draw(aggregated: Mapping[str, tuple[int, tuple[np.ndarray, ...]]], output: Path, x_label: str,
           y_label: str, title: str) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -251,7 +260,10 @@ def _draw(aggregated: Mapping[str, tuple[int, tuple[np.ndarray, ...]]], output: 
     axes.set_ylabel(y_label)
     axes.set_title(title)
     axes.grid(alpha=0.3)
-    axes.legend(loc="best", fontsize="small")
+    # Below the axes, wrapped: labels that list several differing settings would squeeze the plot.
+    handles, labels = axes.get_legend_handles_labels()
+    figure.legend(handles, [textwrap.fill(label, 90) for label in labels], loc="outside lower center",
+                  fontsize="small")
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=120)
     output.parent.mkdir(parents=True, exist_ok=True)
