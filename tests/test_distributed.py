@@ -423,8 +423,13 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
 
 # ------------------------------------------------------------- own cluster, Ctrl-C, nothing left over
 
+# The driver installs Python's Ctrl-C handler itself: a child inherits an *ignored* SIGINT from its
+# parent, and Python then leaves it ignored. Something earlier in a full test session (not dmpo code)
+# leaves the pytest process ignoring SIGINT, and the driver then never saw the signal.
 _SCRIPT = """
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from ray import cloudpickle
 sys.path.insert(0, {tests!r})
 import test_distributed as t
@@ -481,7 +486,12 @@ def test_own_cluster_ctrl_c_writes_a_checkpoint_and_leaves_no_processes(tmp_path
         names = {child.name() for child in children if child.is_running()}
         assert any("raylet" in name for name in names) and any("gcs_server" in name for name in names), names
         driver.send_signal(signal.SIGINT)
-        driver.wait(timeout=120)
+        try:
+            driver.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            reader.join(timeout=10)
+            pytest.fail("the driver did not exit within 120 s of SIGINT; its output:\n" + "".join(lines))
     finally:
         if driver.poll() is None:
             driver.kill()
