@@ -424,8 +424,8 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
 # ------------------------------------------------------------- own cluster, Ctrl-C, nothing left over
 
 # The driver installs Python's Ctrl-C handler itself: a child inherits an *ignored* SIGINT from its
-# parent, and Python then leaves it ignored. Something earlier in a full test session (not dmpo code)
-# leaves the pytest process ignoring SIGINT, and the driver then never saw the signal.
+# parent, and Python then leaves it ignored. A non-interactive shell starts background jobs
+# (`make test &`, `nohup ... &`) with SIGINT ignored, so run that way the driver never saw the signal.
 _SCRIPT = """
 import signal
 import sys
