@@ -166,7 +166,7 @@ def test_resume_after_kill_continues_exactly(tmp_path):
     state_full, meta_full, _ = TrainingCheckpoints.load(full.latest(), template)
     state_resumed, meta_resumed, _ = TrainingCheckpoints.load(resumed.latest(), template)
     def counts(meta):  # wall-clock time is the one count that legitimately differs
-        return {k: v for k, v in meta["counters"]["counts"].items() if "walltime" not in k}
+        return {k: v for k, v in meta["counts"].items() if "walltime" not in k}
 
     assert counts(meta_full) == counts(meta_resumed)
     assert meta_full["num_actions"] == meta_resumed["num_actions"]
