@@ -202,13 +202,18 @@ def test_a_failed_overlapped_learner_stops_acting_and_raises_its_error():
     blocked forever in Table.insert once the ratio limiter stopped inserts."""
     import threading
 
-    env = FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10, seed=1)
+    env = FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=500, seed=1)
     config = tiny_config(batch_size=4, samples_per_insert=4.0, min_replay_size=8)
     agent = DMPO(make_environment_spec(env), config, seed=0, overlap_learner=True)
     calls = []
 
-    def failing_step():
+    def failing_step():  # fails once the acting thread waits in an insert (the limiter holds it back)
+        import time
+
         calls.append(1)
+        deadline = time.monotonic() + 20
+        while agent.table.stats().waiting_inserts == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise ValueError("learner exploded")
 
     agent.learner.step = failing_step
@@ -216,13 +221,13 @@ def test_a_failed_overlapped_learner_stops_acting_and_raises_its_error():
 
     def act():
         try:
-            EnvironmentLoop(env, agent, logger=NoOpLogger()).run(num_episodes=1000)
+            EnvironmentLoop(env, agent, logger=NoOpLogger()).run(num_episodes=3)
         except BaseException as error:  # noqa: BLE001 - inspected below
             errors.append(error)
 
     acting = threading.Thread(target=act, daemon=True)
     acting.start()
-    acting.join(timeout=60)
+    acting.join(timeout=30)
     try:
         assert not acting.is_alive(), "the acting thread hangs after the learner failed"
     finally:
