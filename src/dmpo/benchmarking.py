@@ -10,8 +10,9 @@ For each run (`dmpo.runs` layout) the evaluator log `logs/evaluator/logs.csv` gi
 
 Over the seeds of one (task, configuration) the mean is reported with a 95% percentile-bootstrap
 interval: seeds are resampled with replacement, and the interval is the middle 95% of the resampled
-means. With 3–5 seeds such an interval is narrow for its coverage (it cannot be wider than the range of
-the seeds); it says how far the seeds agree, not more. The launcher is `benchmarks/learning.py`.
+means. Such an interval never leaves the range of the seeds, and with 3 seeds it *is* that range (one
+seed drawn three times is 1/27 of the resamples, more than the 2.5% tail), so with few seeds it says how
+far they agree, not more. The launcher is `benchmarks/learning.py`.
 """
 
 from __future__ import annotations
