@@ -83,7 +83,7 @@ def train_settings(task: str, seed: int | str, args: argparse.Namespace, preset:
 def _shown(path: str) -> str:
     """A path as typed from the current folder when it lies below it."""
     with contextlib.suppress(ValueError):
-        return os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) else path
+        return os.path.relpath(path) if Path(path).absolute().is_relative_to(Path.cwd()) else path
     return path
 
 

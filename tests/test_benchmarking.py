@@ -354,3 +354,34 @@ def test_a_folder_with_other_settings_is_refused(learning, tmp_path, monkeypatch
     monkeypatch.setattr(learning, "run_all", lambda *a, **k: pytest.fail("started a run"))
     with pytest.raises(SystemExit, match="(?s)other settings.*seed-0 was made by"):
         learning.main([*argv, "--", "--agent.batch-size", "128"])
+
+
+def test_an_interrupt_passes_one_sigint_to_each_run_and_waits_for_it(tmp_path, monkeypatch):
+    run = planned(tmp_path)
+    ready, stopped = tmp_path / "ready", tmp_path / "stopped"
+    child = (f"import pathlib, signal, time\n"
+             f"signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+             f"try:\n    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(60)\n"
+             f"except KeyboardInterrupt:\n    pathlib.Path({str(stopped)!r}).touch()\n"
+             f"    raise SystemExit(5)\n")
+    monkeypatch.setattr(benchmark_runs, "_command", lambda run, action: [sys.executable, "-c", child])
+    real_sleep = benchmark_runs.time.sleep
+    pressed = []
+
+    def ctrl_c_once_running(seconds):  # stands for the user's Ctrl-C, once the run is up
+        if pressed:  # later sleeps (subprocess's wait loop among them) are real
+            return real_sleep(seconds)
+        for _ in range(600):
+            if ready.exists():
+                pressed.append(True)
+                raise KeyboardInterrupt
+            real_sleep(0.05)
+        pytest.fail("the run never started")
+
+    monkeypatch.setattr(benchmark_runs.time, "sleep", ctrl_c_once_running)
+    monkeypatch.setattr(benchmark_runs, "_INTERRUPT_WAIT_S", 20)  # a run never signalled fails in 20 s
+    manifest = Manifest(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_all([(run, "start")], jobs=1, manifest=manifest)
+    assert stopped.exists()  # the run saw SIGINT and could clean up (a real one writes a checkpoint)
+    assert Manifest(tmp_path).data["runs"][run.key]["attempts"][0]["returncode"] == 5
