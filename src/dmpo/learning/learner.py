@@ -92,6 +92,7 @@ class Learner:
         else:
             self._update = make_multi_update_fn(networks, config, donate=True)
         self._last_step_time: float | None = None
+        self._in_flight: Any = None  # the previous call's metrics, ready when that update is done
         self._local_steps = 0
         self.metric_fetches = 0
         """How many steps fetched their metrics from the device (one transfer each)."""
@@ -118,7 +119,13 @@ class Learner:
             batches = next(self._iterator)
         else:  # stacked on the host when they are numpy: one transfer for the K batches
             batches = stack_batches([next(self._iterator) for _ in range(self._sgd_steps)])
-        self._state, metrics = self._update(self._state, jax.device_put(batches))
+        batches = jax.device_put(batches)
+        if self._in_flight is not None:
+            # At most one call in flight: the host work between steps (sampling, acting) overlaps the
+            # device's update, but dispatch cannot run ahead without bound when no metrics are fetched.
+            jax.block_until_ready(self._in_flight)
+        self._state, metrics = self._update(self._state, batches)
+        self._in_flight = metrics
         now = time.monotonic()
         elapsed = 0.0 if self._last_step_time is None else now - self._last_step_time
         self._last_step_time = now
@@ -139,6 +146,7 @@ class Learner:
         return result
 
     def run(self, num_steps: int) -> None:
+        """`num_steps` calls of `step()`: `num_steps · batches_per_step` updates."""
         if not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
             raise ValueError(f"num_steps must be a non-negative integer, got {num_steps!r}")
         for _ in range(int(num_steps)):
