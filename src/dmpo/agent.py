@@ -126,10 +126,15 @@ class DMPO:
         learner_batches = self._handoff if overlap_learner else self._iterator
         self.learner = Learner(self.networks, environment_spec, config.learner, learner_batches,
                                seed=learner_seed, logger=logger, counter=counter)
-        self._published_params = self.learner.online_policy_params()
-        source = (lambda: self._published_params) if overlap_learner else self.learner.online_policy_params
+        # The actor reads device copies (`policy_params_on_device`): no host round trip per update.
+        self._published_params = self.learner.policy_params_on_device(online=True)
+        source = ((lambda: self._published_params) if overlap_learner
+                  else lambda: self.learner.policy_params_on_device(online=True))
         self.actor = Actor(self.networks, source, seed=actor_seed, adder=self.adder)
         self.num_observations = 0
+        self.pending_sgd_steps = 0
+        """Synchronous mode: updates due by the schedule but not yet run, fewer than
+        `config.learner.sgd_steps_per_call` (they run with the next call). Part of a checkpoint."""
 
         self._learner_lock = threading.Lock()  # held by the learner thread during a step; pause() takes it
         self._stop = threading.Event()
@@ -163,11 +168,13 @@ class DMPO:
             self._ensure_learner_thread()
             self.actor.update()
             return
-        steps = learner_steps_due(self.num_observations, self.config.min_observations,
-                                  self.config.observations_per_step)
-        for _ in range(steps):
+        self.pending_sgd_steps += learner_steps_due(self.num_observations, self.config.min_observations,
+                                                    self.config.observations_per_step)
+        calls = self.pending_sgd_steps // self.learner.batches_per_step
+        for _ in range(calls):
             self.learner.step()
-        if steps:
+        self.pending_sgd_steps -= calls * self.learner.batches_per_step
+        if calls:
             self.actor.update()
 
     # -- overlapped learner -----------------------------------------------------------------------
@@ -181,12 +188,13 @@ class DMPO:
         # holding it would deadlock with a checkpoint taken by the acting thread, the only inserter.
         try:
             while not self._stop.is_set():
-                self._handoff.put(next(self._iterator))
+                for _ in range(self.learner.batches_per_step):
+                    self._handoff.put(next(self._iterator))
                 with self._learner_lock:
                     if self._stop.is_set():
                         break
                     self.learner.step()
-                    self._published_params = self.learner.online_policy_params()
+                    self._published_params = self.learner.policy_params_on_device(online=True)
         except BaseException as error:  # noqa: BLE001 - handed to the acting thread
             if not self._stop.is_set():
                 self._learner_error = error

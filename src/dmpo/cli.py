@@ -74,6 +74,11 @@ def train(
 def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
                        ray_address: str | None) -> dict:
     """`dmpo train --actors N`: the Ray program of `dmpo.distributed` on this TrainConfig."""
+    try:  # Ray is an extra: the single-process path never imports it
+        import ray  # noqa: F401
+    except ImportError:
+        _fail("--actors needs Ray, which is not installed; install it with: "
+              "pip install 'dmpo[distributed]'")
     from dmpo.distributed import NodeFailure, run_distributed
     from dmpo.envs import EnvError, TaskFactory
     from dmpo.runs import RunDirectory, new_run_path

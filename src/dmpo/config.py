@@ -123,10 +123,14 @@ class LearnerConfig:
     augmentation: Literal["none", "batch_shift", "image_shift"] = "none"
     """Pixel augmentation: none, one random shift per batch (reference) or per image (DrQ)."""
     mpo: MPOLossConfig = dataclasses.field(default_factory=MPOLossConfig)
+    sgd_steps_per_call: int = 1
+    """Updates per jitted learner call (Acme's `num_sgd_steps_per_step`): K batches are sent to the
+    device at once and `lax.scan`ned over, bit-identical to K single updates; 1 is the reference."""
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.discount <= 1.0, "LearnerConfig.discount", "in [0, 1]", self.discount)
-        _positive_int(self, "num_samples", "target_policy_update_period", "target_critic_update_period")
+        _positive_int(self, "num_samples", "target_policy_update_period", "target_critic_update_period",
+                      "sgd_steps_per_call")
         _positive(self, "policy_learning_rate", "critic_learning_rate", "dual_learning_rate",
                   "max_gradient_norm")
         modes = typing.get_args(typing.get_type_hints(LearnerConfig)["augmentation"])

@@ -82,13 +82,14 @@ class LearnerNode:
         try:
             while not self._stop.is_set() and (max_steps is None or self.steps < max_steps):
                 try:
-                    batch = next(self._stream)
+                    batches = [next(self._stream) for _ in range(self._learner.batches_per_step)]
                 except StreamClosed:
                     break
                 with self._lock:
-                    self._handoff.put(batch)
+                    for batch in batches:
+                        self._handoff.put(batch)
                     self._learner.step()
-                    self.steps += 1
+                    self.steps += self._learner.batches_per_step
                 if time.monotonic() - self._last_save >= self._checkpoint_period:
                     self.save()
         finally:
@@ -111,8 +112,11 @@ class LearnerNode:
         return self._publisher.get()
 
     def _read_variables(self) -> Any:
-        with self._lock:
-            return self._learner.policy_params()
+        import jax
+
+        with self._lock:  # a device copy under the lock; the host transfer waits outside it
+            params = self._learner.policy_params_on_device()
+        return jax.device_get(params)
 
     # ---------------------------------------------------------------------------------- checkpoints
 

@@ -5,6 +5,10 @@ terminal (`[Label] Key = value | …`), CSV (`<run>/logs/<label>/logs.csv`) and 
 (`<run>/tb/<label>`). `Dispatcher` fans a row out to several sinks and `TimeFilter` drops rows that
 arrive too soon after the last written one. Every sink drops `None` values, so callers may log
 optional metrics without branching. `make_logger` assembles the default stack.
+
+A logger may also answer `will_write()`: whether a row written now would reach a sink (the filter
+and the no-op logger say no when they would drop it), so a caller can skip computing or fetching a
+row that would be thrown away. Loggers without the method are taken to write everything.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = [
     "TimeFilter",
     "format_row",
     "make_logger",
+    "will_write",
 ]
 
 
@@ -39,6 +44,12 @@ class Logger(Protocol):
     def write(self, data: Mapping[str, Any]) -> None: ...
 
     def close(self) -> None: ...
+
+
+def will_write(logger: Any) -> bool:
+    """`logger.will_write()` if it has one, else True (a logger is assumed to write every row)."""
+    method = getattr(logger, "will_write", None)
+    return True if method is None else bool(method())
 
 
 def _drop_none(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -225,6 +236,9 @@ class Dispatcher:
         for logger in self._loggers:
             logger.write(data)
 
+    def will_write(self) -> bool:
+        return any(will_write(logger) for logger in self._loggers)
+
     def close(self) -> None:
         for logger in self._loggers:
             logger.close()
@@ -245,9 +259,16 @@ class TimeFilter:
         self._clock = clock
         self._last_written: float | None = None
 
+    def _due(self, now: float) -> bool:
+        return self._last_written is None or now - self._last_written >= self._time_delta
+
+    def will_write(self) -> bool:
+        """Whether a row written now would pass (and the logger behind would write it)."""
+        return self._due(self._clock()) and will_write(self._logger)
+
     def write(self, data: Mapping[str, Any]) -> None:
         now = self._clock()
-        if self._last_written is None or now - self._last_written >= self._time_delta:
+        if self._due(now):
             self._logger.write(data)
             self._last_written = now
 
@@ -260,6 +281,9 @@ class NoOpLogger:
 
     def write(self, data: Mapping[str, Any]) -> None:
         pass
+
+    def will_write(self) -> bool:
+        return False
 
     def close(self) -> None:
         pass
