@@ -105,8 +105,8 @@ class DistributedProgram:
         from dmpo.runners.checkpoints import TrainingCheckpoints
 
         checkpoints = self.run_dir / "checkpoints"
-        latest = (TrainingCheckpoints(checkpoints, keep=self.options.keep_checkpoints).latest()
-                  if checkpoints.is_dir() else None)
+        latest = (TrainingCheckpoints(checkpoints, keep=self.options.keep_checkpoints)
+                  .latest(verify_contents=self.resume) if checkpoints.is_dir() else None)
         if not self.resume:
             if latest is not None:
                 raise FileExistsError(f"{self.run_dir} already holds checkpoints ({latest.name}); pass "
