@@ -27,6 +27,7 @@ def run_cli(argv, capsys):
         (["--agent.learner.discount", "1.5"], "LearnerConfig.discount"),
         (["--steps", "0"], "TrainConfig.steps"),
         (["--env", "cartpole"], "TrainConfig.env"),
+        (["--eval-episodes", "0"], "TrainConfig.eval_episodes"),  # crashed at the first evaluation
     ],
 )
 def test_invalid_train_arguments_name_the_field(argv, field, capsys, tmp_path):
@@ -106,3 +107,45 @@ def test_distributed_train_and_resume_from_the_command_line(tmp_path):
     assert "finished:" in first.stdout
     assert (run / "config.json").read_text().count('"actors": 2') == 1  # the whole TrainConfig is kept
     assert any((run / "checkpoints").iterdir())
+
+
+def gym_snapshot(tmp_path, env_name="gym:InvertedPendulum-v5"):
+    import jax
+
+    from dmpo.config import NetworkConfig
+    from dmpo.envs import make
+    from dmpo.networks import PolicyParams, init_params, make_networks
+    from dmpo.snapshot import save_policy
+    from dmpo.types import make_environment_spec
+
+    spec = make_environment_spec(make(env_name, seed=0))
+    config = NetworkConfig(policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5)
+    params = init_params(make_networks(spec, config), spec, jax.random.PRNGKey(0))
+    return save_policy(tmp_path / "snapshots" / "policy.msgpack", spec, config,
+                       PolicyParams(params.observation, params.policy), metadata={"env": env_name})
+
+
+def test_eval_video_of_a_gym_run(tmp_path, capsys):
+    """gym: environments were made without a render_mode, so every `dmpo eval --video` failed."""
+    snapshot = gym_snapshot(tmp_path)
+    video = tmp_path / "episode.gif"
+    main(["eval", str(snapshot), "--episodes", "1", "--video", str(video)])
+    output = capsys.readouterr().out
+    assert "gym:InvertedPendulum-v5: return" in output
+    import imageio.v3 as iio
+
+    frames = iio.imread(video, index=None)
+    assert frames.ndim == 4 and frames.shape[0] >= 2 and frames.shape[-1] == 3
+    assert frames.std() > 0  # a picture, not a blank frame
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--env", "dmc:cartpole-swingup"], "dmc:cartpole-swingup"),  # another task: observation shapes differ
+    (["--video", "episode.avi"], ".mp4 or .gif"),
+    (["--env", "dmc:nonexistent-task"], "nonexistent"),
+])
+def test_eval_errors_are_one_line(tmp_path, capsys, extra, expected):
+    snapshot = gym_snapshot(tmp_path)
+    code, output = run_cli(["eval", str(snapshot), "--episodes", "1", *extra], capsys)
+    assert code == 2 and expected in output, output
+    assert "Traceback" not in output and output.strip().startswith("dmpo: error:"), output

@@ -105,6 +105,23 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
             "last_eval": last_eval}
 
 
+def _check_spec_matches(trained: object, environment: object, name: str) -> None:
+    """The policy was trained on observations and actions of these shapes, or a clear error."""
+    import jax
+
+    from dmpo.envs import EnvError
+    from dmpo.types import make_environment_spec
+
+    def shapes(spec: object) -> object:
+        return jax.tree_util.tree_map(lambda s: tuple(s.shape), spec)
+
+    found = make_environment_spec(environment)
+    for field in ("observations", "actions"):
+        want, got = shapes(getattr(trained, field)), shapes(getattr(found, field))
+        if want != got:
+            raise EnvError(f"the policy was trained on {field} of shape {want}, {name} has {got}")
+
+
 def evaluate(
     target: tyro.conf.Positional[Path],
     episodes: int = 10,
@@ -123,23 +140,31 @@ def evaluate(
     """
     if episodes < 1:
         _fail(f"--episodes must be a positive integer, got {episodes}")
-    from dmpo.envs import make
+    if video is not None and video.suffix.lower() not in (".mp4", ".gif"):
+        _fail(f"--video must name a .mp4 or .gif file, got {str(video)!r}")
+    if video is not None and not video.resolve().parent.is_dir():
+        _fail(f"--video {video}: the folder {video.resolve().parent} does not exist")
+    from dmpo.envs import EnvError, make
     from dmpo.runners.environment_loop import evaluate as run_evaluation
     from dmpo.snapshot import SnapshotError, load_policy
 
     try:
         policy = load_policy(target)
-    except SnapshotError as error:
+    except (SnapshotError, OSError) as error:
         _fail(str(error))
     meta = policy.metadata
     name = env or meta.get("env")
     if not name:
         _fail("the snapshot does not name its environment; pass --env")
-    if meta.get("pixels"):
-        os.environ.setdefault("MUJOCO_GL", "egl")
-    environment = make(name, seed=seed, pixels=bool(meta.get("pixels")),
-                       action_repeat=meta.get("action_repeat"))
-    result = run_evaluation(environment, policy, episodes, video_path=video)
+    if meta.get("pixels") or video is not None:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
+    try:
+        environment = make(name, seed=seed, pixels=bool(meta.get("pixels")),
+                           action_repeat=meta.get("action_repeat"), render=video is not None)
+        _check_spec_matches(policy.environment_spec, environment, name)
+        result = run_evaluation(environment, policy, episodes, video_path=video)
+    except (EnvError, OSError, ValueError, TypeError) as error:  # one line, not a traceback
+        _fail(f"eval {target} on {name}: {error}")
     print(f"{name}: return {result['return_mean']:.1f} ± {result['return_std']:.1f} "
           f"(min {result['return_min']:.1f}, max {result['return_max']:.1f}) over {episodes} episodes, "
           f"mean length {result['length_mean']:.0f}")
