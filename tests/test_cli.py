@@ -149,3 +149,32 @@ def test_eval_errors_are_one_line(tmp_path, capsys, extra, expected):
     code, output = run_cli(["eval", str(snapshot), "--episodes", "1", *extra], capsys)
     assert code == 2 and expected in output, output
     assert "Traceback" not in output and output.strip().startswith("dmpo: error:"), output
+
+
+def test_resume_applies_the_flags_given_and_refuses_the_others(tmp_path, capsys):
+    """`--resume` used to replace the whole config with the saved one, dropping `--steps 400`."""
+    import json
+
+    run = tmp_path / "run"
+    common = ["--no-progress"]
+    main(["train", "--env", "gym:Pendulum-v1", "--steps", "200", "--eval-every", "0",
+          "--checkpoint-every", "200", "--run-dir", str(run), *common, *TINY])
+    capsys.readouterr()
+    main(["train", "--resume", str(run), "--steps", "400", "--checkpoint-every", "100", *common])
+    assert "finished: 400 env steps" in capsys.readouterr().out
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert (config["steps"], config["checkpoint_every"]) == (400, 100)
+    assert config["agent"]["networks"]["policy_layer_sizes"] == [8]  # the saved flags are kept
+    (entry,) = json.loads((run / "run.json").read_text())["resumes"]
+    assert entry["config_changes"] == {"steps": {"from": 200, "to": 400},
+                                       "checkpoint_every": {"from": 200, "to": 100}}
+
+    code, output = run_cli(["train", "--resume", str(run), "--agent.networks.policy-layer-sizes", "16",
+                            "--env", "gym:MountainCarContinuous-v0", "--steps", "600"], capsys)
+    output = " ".join(output.split())
+    assert code == 2 and "agent.networks.policy_layer_sizes" in output and "env (saved" in output, output
+    assert "steps (saved" not in output  # steps may change; only the fixed fields are named
+    assert json.loads((run / "config.json").read_text())["config"]["steps"] == 400  # nothing applied
+
+    code, output = run_cli(["train", "--resume", str(run), "--actors", "2"], capsys)
+    assert code == 2 and "--actors" in output
