@@ -178,3 +178,27 @@ def test_resume_applies_the_flags_given_and_refuses_the_others(tmp_path, capsys)
 
     code, output = run_cli(["train", "--resume", str(run), "--actors", "2"], capsys)
     assert code == 2 and "--actors" in output
+
+    # A run killed after rows past its last usable checkpoint were logged: here the newest checkpoint
+    # (step 400) is corrupt, so the resume falls back to step 200, and the logs of steps 201..400 must
+    # not show twice.
+    from dmpo.plotting import load_curve
+    from dmpo.runners.checkpoints import TrainingCheckpoints
+    from dmpo.utils.event_files import scalar_events
+
+    newest = TrainingCheckpoints(run / "checkpoints").paths()[-1]
+    assert newest.name == "step_000000000400"
+    (learner_file,) = (newest / "learner").glob("*.ckpt")
+    learner_file.write_bytes(learner_file.read_bytes()[:-10])
+    main(["train", "--resume", str(run), *common])
+    captured = capsys.readouterr()
+    assert f"dmpo: warning: skipping unusable checkpoint {newest}" in " ".join(captured.err.split())
+    assert "finished: 400 env steps" in captured.out
+    for label, key in [("environment_loop", "actor_steps"), ("learner", "learner_steps")]:
+        rows = (run / "logs" / label / "logs.csv").read_text().splitlines()
+        column = rows[0].split(",").index(key)
+        steps = [int(float(row.split(",")[column])) for row in rows[1:]]
+        assert len(steps) == len(set(steps)) and steps == sorted(steps), (label, steps)
+        events = [(tag, step) for tag, step, _ in scalar_events(run / "tb" / label)]
+        assert len(events) == len(set(events)), label
+    assert load_curve(run, label_source="environment_loop").x.tolist() == [200.0, 400.0]

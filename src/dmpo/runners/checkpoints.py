@@ -54,11 +54,28 @@ def _read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+_verified: dict[tuple, dict[str, Any]] = {}  # folder + file stats -> state: verify each version once
+
+
+def _fingerprint(path: Path) -> tuple:
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return (str(path.resolve()), *((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
 def verify(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Checks one checkpoint folder without building anything; returns its state, or raises
     `CheckpointError` naming what is wrong (state.json, the learner file's or the replay file's
-    checksums)."""
+    checksums). A folder already verified and unchanged since is not read again."""
     path = Path(path)
+    key = _fingerprint(path)
+    if key in _verified:
+        return _verified[key]
+    state = _verify(path)
+    _verified[key] = state
+    return state
+
+
+def _verify(path: Path) -> dict[str, Any]:
     state = _read_state(path)
     learner_file = Checkpointer(path / "learner").latest()
     if learner_file is None:
@@ -120,6 +137,11 @@ class TrainingCheckpoints:
         if problems:
             raise CheckpointError(f"no usable checkpoint in {self.directory}: " + "; ".join(problems))
         return None
+
+    def latest_state(self) -> dict[str, Any] | None:
+        """state.json of `latest()` (e.g. the steps a resumed run's logs are cut back to)."""
+        path = self.latest()
+        return None if path is None else verify(path)
 
     def save(self, step: int, learner_state: Any, state: dict[str, Any], table: Any = None) -> Path:
         """Writes one checkpoint folder for env step `step`; `table` (if given) is saved with it.
