@@ -371,3 +371,4 @@ def test_killed_learner_stops_the_program_and_leaves_no_process(tmp_path):
     code, output, left = run_and_kill(tmp_path, ["LearnerNode"])
     assert code == 1 and "learner node failed" in output, output[-3000:]
     assert not left, [(p.pid, _cmdline(p)) for p in left]
+
