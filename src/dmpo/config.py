@@ -204,7 +204,7 @@ class TrainConfig:
     eval_every: int = 10_000
     """Environment steps between evaluations (checked at episode ends); 0 disables evaluation."""
     eval_episodes: int = 5
-    """Episodes per evaluation, acting with the target policy's mean."""
+    """Episodes per evaluation, acting with the target policy's mean (>= 1 unless eval_every is 0)."""
     checkpoint_every: int = 10_000
     """Environment steps between checkpoints (taken at the next episode end); 0 only saves at the end."""
     keep_checkpoints: int = 2
@@ -227,6 +227,9 @@ class TrainConfig:
             _check(isinstance(value, int) and value >= 0, f"TrainConfig.{name}", "an integer >= 0", value)
         if self.action_repeat is not None:
             _positive_int(self, "action_repeat")
+        _check(self.eval_every == 0 or self.eval_episodes >= 1, "TrainConfig.eval_episodes",
+               "a positive integer while eval_every > 0 (set eval_every=0 to turn evaluation off)",
+               self.eval_episodes)
 
     def resolved(self) -> TrainConfig:
         """This config with pixel defaults filled in: `--pixels` with the state networks' flatten torso

@@ -79,12 +79,15 @@ class LocalTrainer:
         self.actor_counter.increment(steps=0, episodes=0)
         self.learner_counter.increment(steps=0, walltime=0.0)
         self.eval_counter.increment(steps=0, episodes=0)
+        resumed = (TrainingCheckpoints(run.checkpoints_dir).latest_state() if resume else None) or {}
         self.loop_logger = make_logger("environment_loop", path, time_delta=0.0,
-                                       terminal=not progress and not quiet, step_key="actor_steps")
+                                       terminal=not progress and not quiet, step_key="actor_steps",
+                                       resume_from_step=resumed.get("env_steps"))
         self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=not quiet,
-                                       step_key="actor_steps")
+                                       step_key="actor_steps", resume_from_step=resumed.get("env_steps"))
         self.learner_logger = make_logger("learner", path, time_delta=1.0, terminal=False,
-                                          step_key="learner_steps")
+                                          step_key="learner_steps",
+                                          resume_from_step=resumed.get("learner_steps"))
         self.agent = DMPO(self.spec, config.agent, networks=networks, seed=config.seed,
                           logger=self.learner_logger, counter=self.learner_counter,
                           overlap_learner=config.overlap_learner)

@@ -17,12 +17,15 @@ import csv
 import numbers
 import os
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from dmpo.files import atomic_write_bytes
 
 __all__ = [
     "CSVLogger",
@@ -34,6 +37,8 @@ __all__ = [
     "TimeFilter",
     "format_row",
     "make_logger",
+    "rewind_csv",
+    "rewind_logs",
     "will_write",
 ]
 
@@ -202,7 +207,10 @@ class TensorBoardLogger:
 
         self.logdir = Path(directory) / "tb" / label
         self.logdir.mkdir(parents=True, exist_ok=True)
-        self._writer = SummaryWriter(logdir=str(self.logdir), flush_secs=flush_secs)
+        # tensorboardX names files by the second and host only, and truncates an existing file: a
+        # resume within the same second would wipe the earlier events without a unique suffix.
+        self._writer = SummaryWriter(logdir=str(self.logdir), flush_secs=flush_secs,
+                                     filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
         self._step_key = step_key
         self._count = 0
 
@@ -289,6 +297,56 @@ class NoOpLogger:
         pass
 
 
+def _step_of(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def rewind_csv(path: str | os.PathLike[str], step_key: str, last_step: int) -> int:
+    """Drops the rows of a CSV log whose `step_key` is past `last_step` (rewritten atomically, a torn
+    last line dropped too); returns how many rows were dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    raw = path.read_bytes()
+    if not raw.endswith(b"\n"):
+        raw = raw[:raw.rfind(b"\n") + 1]
+    lines = raw.decode("utf-8").splitlines(keepends=True)
+    if not lines:
+        atomic_write_bytes(path, raw)
+        return 0
+    header = next(csv.reader([lines[0]]))
+    if step_key not in header:
+        return 0
+    column = header.index(step_key)
+    kept = [lines[0]]
+    for line in lines[1:]:
+        cells = next(csv.reader([line]), [])
+        step = _step_of(cells[column]) if column < len(cells) else None
+        if step is None or step <= last_step:
+            kept.append(line)
+    dropped = len(lines) - len(kept)
+    if dropped or len(raw) != path.stat().st_size:
+        atomic_write_bytes(path, "".join(kept).encode("utf-8"))
+    return dropped
+
+
+def rewind_logs(run_dir: str | os.PathLike[str], label: str, step_key: str, last_step: int) -> int:
+    """Cuts the CSV and TensorBoard logs of `label` back to `last_step` (the step of the checkpoint a
+    run resumes from), so that rows written between that checkpoint and a kill do not appear twice.
+    Returns how many CSV rows and TensorBoard events were dropped."""
+    from dmpo.utils.event_files import truncate_event_files
+
+    run_dir = Path(run_dir)
+    dropped = rewind_csv(run_dir / "logs" / label / "logs.csv", step_key, last_step)
+    tb = run_dir / "tb" / label
+    if tb.is_dir():
+        dropped += truncate_event_files(tb, last_step)
+    return dropped
+
+
 def make_logger(
     label: str,
     run_dir: str | os.PathLike[str] | None,
@@ -299,11 +357,18 @@ def make_logger(
     tensorboard: bool = True,
     step_key: str | None = None,
     print_fn: Callable[[str], None] | None = None,
+    resume_from_step: int | None = None,
 ) -> Logger:
     """The default logger: terminal + CSV + TensorBoard behind one time filter.
 
-    With `run_dir=None` nothing is written to disk (CSV and TensorBoard are skipped).
+    With `run_dir=None` nothing is written to disk (CSV and TensorBoard are skipped). With
+    `resume_from_step` (a resumed run: the checkpoint's value of `step_key`) the existing logs are
+    first cut back to that step (`rewind_logs`), so that they continue without duplicate steps.
     """
+    if resume_from_step is not None and run_dir is not None:
+        if step_key is None:
+            raise ValueError(f"logger {label!r}: resume_from_step needs the step_key of its rows")
+        rewind_logs(run_dir, label, step_key, int(resume_from_step))
     sinks: list[Logger] = []
     if terminal:
         sinks.append(TerminalLogger(label, print_fn=print_fn))
