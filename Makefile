@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test lint bench clean
+.PHONY: setup train test lint bench clean smoke-wheel
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ lint: $(STAMP)
 
 test: lint
 	MUJOCO_GL=egl $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# Build the wheel and install it as a user would, from its ranges alone (no lock, no Ray), at the
+# newest and at the lowest versions they allow; train 2,000 steps in each (.ci/wheel-smoke).
+smoke-wheel: $(STAMP)
+	UV=$(BIN)/uv PYTHON=$(PYTHON) .ci/wheel-smoke highest
+	UV=$(BIN)/uv PYTHON=$(PYTHON) .ci/wheel-smoke lowest-direct
 
 clean:
 	rm -rf $(VENV)

@@ -1,14 +1,21 @@
 """Learner throughput: updates per second and achieved FLOP rate versus this machine's matmul rate.
 
-Usage: .venv/bin/python benchmarks/learner.py [--rounds 5] [--steps 10] [--sizes default small]
-       [--profile]
+Usage: .venv/bin/python benchmarks/learner.py [--rounds 5] [--updates 16] [--sizes default small]
+       [--k 1 4 16] [--profile]
 
-For each size it compiles one update, counts its FLOPs twice — XLA's own cost analysis of the compiled
-update, and a hand count of the dense-layer matmuls (forward, weight gradients, input gradients) — and
-then alternates, round by round, a timing of the f32 matmul 5120×512 @ 512×512 in JAX with a timing of
-`--steps` updates, so that both see the same machine load (other processes share these CPUs). The
-fraction reported is (hand-counted matmul FLOPs / update time) / (matmul FLOP rate of the same round);
-the table gives the median over rounds. `--profile` also times the parts of one update separately.
+For each size it compiles the update once per K in `--k` (K = `LearnerConfig.sgd_steps_per_call`:
+K updates `lax.scan`ned in one jitted call over K device-resident batches), counts the FLOPs of one
+update twice — XLA's own cost analysis of the compiled K = 1 update, and a hand count of the
+dense-layer matmuls (forward, weight gradients, input gradients) — and then, round by round, times
+the f32 matmul 5120×512 @ 512×512 in JAX and `--updates` updates for every K, all in the same round
+so that they see the same machine load (other processes share these CPUs). It also times the whole
+`Learner.step()` path (numpy batches from the host, stacking and one host→device transfer per call,
+counter, metrics) for the smallest and largest K, once with a logger that writes every row (a metrics
+fetch per call, what every step did before) and once with one that drops every row (no fetch): the
+gap to the device-resident update is the host share. Each table gives medians over rounds of
+per-round figures: updates/s, the ratio to K = 1 in the same round, and the fraction
+(hand-counted matmul FLOPs / update time) / (matmul FLOP rate of the same round).
+`--profile` also times the parts of one update separately.
 """
 
 from __future__ import annotations
@@ -26,7 +33,16 @@ import numpy as np
 from dm_env import specs
 
 from dmpo.config import LearnerConfig, NetworkConfig
-from dmpo.learning import bootstrap, critic_loss, init_training_state, make_update_fn, policy_loss
+from dmpo.learning import (
+    Learner,
+    bootstrap,
+    critic_loss,
+    init_training_state,
+    make_multi_update_fn,
+    make_update_fn,
+    policy_loss,
+)
+from dmpo.learning.learner import stack_batches
 from dmpo.networks import make_networks
 from dmpo.types import EnvironmentSpec, Transition
 
@@ -137,9 +153,7 @@ class Setup:
 
 def setup(size: Size) -> Setup:
     spec = env_spec()
-    network_config = NetworkConfig(policy_layer_sizes=size.policy, critic_layer_sizes=size.critic,
-                                   num_atoms=size.atoms)
-    networks = make_networks(spec, network_config)
+    networks = make_networks(spec, network_config(size))
     config = LearnerConfig(num_samples=size.num_samples)
     state = jax.jit(lambda key: init_training_state(networks, spec, config, key))(jax.random.PRNGKey(0))
     batch = jax.device_put(make_batch(size.batch))
@@ -150,6 +164,11 @@ def setup(size: Size) -> Setup:
                  networks, config)
 
 
+def network_config(size: Size) -> NetworkConfig:
+    return NetworkConfig(policy_layer_sizes=size.policy, critic_layer_sizes=size.critic,
+                         num_atoms=size.atoms)
+
+
 def time_updates(run: Setup, steps: int) -> float:
     state, metrics = run.update(run.state, run.batch)  # warm
     jax.block_until_ready(metrics)
@@ -158,6 +177,63 @@ def time_updates(run: Setup, steps: int) -> float:
         state, metrics = run.update(state, run.batch)
     jax.block_until_ready((state, metrics))
     return (time.perf_counter() - start) / steps
+
+
+class ScannedUpdate:
+    """K updates per jitted call on K distinct device-resident batches (`make_multi_update_fn`)."""
+
+    def __init__(self, run: Setup, k: int) -> None:
+        self.k = k
+        self.batches = jax.device_put(stack_batches([make_batch(run.size.batch, seed) for seed in range(k)]))
+        self.update = (make_update_fn(run.networks, run.config) if k == 1
+                       else make_multi_update_fn(run.networks, run.config))
+        self.inputs = jax.tree_util.tree_map(lambda x: x[0], self.batches) if k == 1 else self.batches
+        start = time.perf_counter()
+        self.update = self.update.lower(run.state, self.inputs).compile()
+        self.compile_seconds = time.perf_counter() - start
+        self.state = run.state
+
+    def seconds_per_update(self, updates: int) -> float:
+        calls = max(1, updates // self.k)
+        state, metrics = self.update(self.state, self.inputs)  # warm
+        jax.block_until_ready(metrics)
+        start = time.perf_counter()
+        for _ in range(calls):
+            state, metrics = self.update(state, self.inputs)
+        jax.block_until_ready((state, metrics))
+        return (time.perf_counter() - start) / (calls * self.k)
+
+
+class EveryRow:
+    def write(self, data: dict) -> None:
+        pass
+
+
+class NoRow(EveryRow):
+    def will_write(self) -> bool:
+        return False
+
+
+class LearnerPath:
+    """`Learner.step()` fed numpy batches from the host, with a logger that writes every row or none."""
+
+    def __init__(self, run: Setup, k: int, fetch: bool) -> None:
+        import itertools
+
+        self.k, self.fetch = k, fetch
+        host_batches = [make_batch(run.size.batch, seed) for seed in range(k)]
+        config = dataclasses.replace(run.config, sgd_steps_per_call=k)
+        self.learner = Learner(run.networks, env_spec(), config, itertools.cycle(host_batches),
+                               logger=EveryRow() if fetch else NoRow())
+        jax.block_until_ready(self.learner.step())  # compile
+
+    def seconds_per_update(self, updates: int) -> float:
+        calls = max(1, updates // self.k)
+        start = time.perf_counter()
+        for _ in range(calls):
+            self.learner.step()
+        jax.block_until_ready(self.learner.state)
+        return (time.perf_counter() - start) / (calls * self.k)
 
 
 def profile(run: Setup, calls: int) -> dict[str, float]:
@@ -186,42 +262,66 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--updates", type=int, default=16, help="updates per timing (per K and path)")
     parser.add_argument("--sizes", nargs="+", default=["default", "small"], choices=sorted(SIZES))
+    parser.add_argument("--k", nargs="+", type=int, default=[1, 4, 16], help="sgd_steps_per_call values")
+    parser.add_argument("--no-learner-path", action="store_true", help="skip the Learner.step() timings")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
+    ks = sorted(set(args.k))
 
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.devices()[0].device_kind}), "
+    device = jax.devices()[0]
+    print(f"jax {jax.__version__} on {device.platform} ({device.device_kind}), "
           f"{jax.local_device_count()} device(s); {os.cpu_count()} CPUs, load average before "
           f"{os.getloadavg()[0]:.1f}")
-    rows = []
+    tables = []
     for name in args.sizes:
         run = setup(SIZES[name])
-        rates, times = [], []
-        for _ in range(args.rounds):
+        variants: dict[str, object] = {f"K={k}": ScannedUpdate(run, k) for k in ks}
+        if not args.no_learner_path:
+            for k in sorted({ks[0], ks[-1]}):
+                variants[f"Learner.step K={k}, fetch every row"] = LearnerPath(run, k, fetch=True)
+                variants[f"Learner.step K={k}, no fetch"] = LearnerPath(run, k, fetch=False)
+        print(f"{name}: compile K=1 {run.compile_seconds:.1f} s; "
+              + ", ".join(f"{label} {v.compile_seconds:.1f} s" for label, v in variants.items()
+                          if isinstance(v, ScannedUpdate)))
+        rates: list[float] = []
+        times: dict[str, list[float]] = {label: [] for label in variants}
+        for round_index in range(args.rounds):
             rates.append(matmul_rate())
-            times.append(time_updates(run, args.steps))
-        fractions = [run.hand / t / 1e9 / r for t, r in zip(times, rates, strict=True)]
-        seconds = statistics.median(times)
-        rows.append((run, seconds, statistics.median(rates), statistics.median(fractions), min(fractions),
-                     max(fractions)))
-        print(f"{name}: compile {run.compile_seconds:.1f} s; per round ms/update "
-              f"{[round(1e3 * t, 1) for t in times]}, matmul GFLOP/s {[round(r) for r in rates]}")
+            order = list(variants.items())
+            if round_index % 2:  # alternate the order so no variant always runs right after the matmul
+                order.reverse()
+            for label, variant in order:
+                times[label].append(variant.seconds_per_update(args.updates))
+        base = times[f"K={ks[0]}"]
+        rows = []
+        for label, seconds in times.items():
+            ratio = [b / t for b, t in zip(base, seconds, strict=True)]
+            fraction = [run.hand / t / 1e9 / r for t, r in zip(seconds, rates, strict=True)]
+            rows.append((label, statistics.median(seconds), statistics.median(ratio), min(ratio), max(ratio),
+                         statistics.median(fraction)))
+            print(f"  {label:<36} ms/update per round {[round(1e3 * t, 2) for t in seconds]}")
+        print(f"  matmul GFLOP/s per round {[round(r) for r in rates]}")
+        tables.append((run, statistics.median(rates), rows))
         if args.profile:
-            for part, ms in profile(run, args.steps).items():
+            for part, ms in profile(run, args.updates).items():
                 print(f"  {part:<48} {ms:8.2f} ms")
 
     print(f"\nload average after {os.getloadavg()[0]:.1f}")
-    print("| sizes | B | N | policy | critic | updates/s | ms/update | GFLOP/update (XLA) | "
-          "GFLOP/update (matmuls, hand) | achieved GFLOP/s | matmul GFLOP/s | fraction (min–max) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for run, seconds, rate, fraction, low, high in rows:
+    for run, rate, rows in tables:
         size = run.size
         xla = "n/a" if run.xla is None else f"{run.xla / 1e9:.3f}"
-        print(f"| {size.name} | {size.batch} | {size.num_samples} | {'-'.join(map(str, size.policy))} | "
-              f"{'-'.join(map(str, size.critic))} | {1 / seconds:.1f} | {1e3 * seconds:.2f} | {xla} | "
-              f"{run.hand / 1e9:.3f} | {run.hand / seconds / 1e9:.1f} | {rate:.1f} | "
-              f"{fraction:.0%} ({low:.0%}–{high:.0%}) |")
+        print(f"\n{size.name}: B {size.batch}, N {size.num_samples}, "
+              f"policy {'-'.join(map(str, size.policy))}, critic {'-'.join(map(str, size.critic))}; "
+              f"GFLOP/update {xla} (XLA) / {run.hand / 1e9:.3f} "
+              f"(matmuls, hand); matmul {rate:.1f} GFLOP/s (median of rounds)")
+        print(f"| variant | updates/s | ms/update | vs K={ks[0]}, same round (min–max) "
+              "| fraction of matmul rate |")
+        print("|---|---:|---:|---|---:|")
+        for label, seconds, ratio, low, high, fraction in rows:
+            print(f"| {label} | {1 / seconds:.1f} | {1e3 * seconds:.2f} "
+                  f"| {ratio:.2f}× ({low:.2f}–{high:.2f}) | {fraction:.0%} |")
 
 
 if __name__ == "__main__":

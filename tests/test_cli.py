@@ -27,6 +27,7 @@ def run_cli(argv, capsys):
         (["--agent.learner.discount", "1.5"], "LearnerConfig.discount"),
         (["--steps", "0"], "TrainConfig.steps"),
         (["--env", "cartpole"], "TrainConfig.env"),
+        (["--eval-episodes", "0"], "TrainConfig.eval_episodes"),  # crashed at the first evaluation
     ],
 )
 def test_invalid_train_arguments_name_the_field(argv, field, capsys, tmp_path):
@@ -106,3 +107,98 @@ def test_distributed_train_and_resume_from_the_command_line(tmp_path):
     assert "finished:" in first.stdout
     assert (run / "config.json").read_text().count('"actors": 2') == 1  # the whole TrainConfig is kept
     assert any((run / "checkpoints").iterdir())
+
+
+def gym_snapshot(tmp_path, env_name="gym:InvertedPendulum-v5"):
+    import jax
+
+    from dmpo.config import NetworkConfig
+    from dmpo.envs import make
+    from dmpo.networks import PolicyParams, init_params, make_networks
+    from dmpo.snapshot import save_policy
+    from dmpo.types import make_environment_spec
+
+    spec = make_environment_spec(make(env_name, seed=0))
+    config = NetworkConfig(policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5)
+    params = init_params(make_networks(spec, config), spec, jax.random.PRNGKey(0))
+    return save_policy(tmp_path / "snapshots" / "policy.msgpack", spec, config,
+                       PolicyParams(params.observation, params.policy), metadata={"env": env_name})
+
+
+def test_eval_video_of_a_gym_run(tmp_path, capsys):
+    """gym: environments were made without a render_mode, so every `dmpo eval --video` failed."""
+    snapshot = gym_snapshot(tmp_path)
+    video = tmp_path / "episode.gif"
+    main(["eval", str(snapshot), "--episodes", "1", "--video", str(video)])
+    output = capsys.readouterr().out
+    assert "gym:InvertedPendulum-v5: return" in output
+    import imageio.v3 as iio
+
+    frames = iio.imread(video, index=None)
+    assert frames.ndim == 4 and frames.shape[0] >= 2 and frames.shape[-1] == 3
+    assert frames.std() > 0  # a picture, not a blank frame
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--env", "dmc:cartpole-swingup"], "dmc:cartpole-swingup"),  # another task: observation shapes differ
+    (["--video", "episode.avi"], ".mp4 or .gif"),
+    (["--env", "dmc:nonexistent-task"], "nonexistent"),
+])
+def test_eval_errors_are_one_line(tmp_path, capsys, extra, expected):
+    snapshot = gym_snapshot(tmp_path)
+    code, output = run_cli(["eval", str(snapshot), "--episodes", "1", *extra], capsys)
+    assert code == 2 and expected in output, output
+    assert "Traceback" not in output and output.strip().startswith("dmpo: error:"), output
+
+
+def test_resume_applies_the_flags_given_and_refuses_the_others(tmp_path, capsys):
+    """`--resume` used to replace the whole config with the saved one, dropping `--steps 400`."""
+    import json
+
+    run = tmp_path / "run"
+    common = ["--no-progress"]
+    main(["train", "--env", "gym:Pendulum-v1", "--steps", "200", "--eval-every", "0",
+          "--checkpoint-every", "200", "--run-dir", str(run), *common, *TINY])
+    capsys.readouterr()
+    main(["train", "--resume", str(run), "--steps", "400", "--checkpoint-every", "100", *common])
+    assert "finished: 400 env steps" in capsys.readouterr().out
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert (config["steps"], config["checkpoint_every"]) == (400, 100)
+    assert config["agent"]["networks"]["policy_layer_sizes"] == [8]  # the saved flags are kept
+    (entry,) = json.loads((run / "run.json").read_text())["resumes"]
+    assert entry["config_changes"] == {"steps": {"from": 200, "to": 400},
+                                       "checkpoint_every": {"from": 200, "to": 100}}
+
+    code, output = run_cli(["train", "--resume", str(run), "--agent.networks.policy-layer-sizes", "16",
+                            "--env", "gym:MountainCarContinuous-v0", "--steps", "600"], capsys)
+    output = " ".join(output.split())
+    assert code == 2 and "agent.networks.policy_layer_sizes" in output and "env (saved" in output, output
+    assert "steps (saved" not in output  # steps may change; only the fixed fields are named
+    assert json.loads((run / "config.json").read_text())["config"]["steps"] == 400  # nothing applied
+
+    code, output = run_cli(["train", "--resume", str(run), "--actors", "2"], capsys)
+    assert code == 2 and "--actors" in output
+
+    # A run killed after rows past its last usable checkpoint were logged: here the newest checkpoint
+    # (step 400) is corrupt, so the resume falls back to step 200, and the logs of steps 201..400 must
+    # not show twice.
+    from dmpo.plotting import load_curve
+    from dmpo.runners.checkpoints import TrainingCheckpoints
+    from dmpo.utils.event_files import scalar_events
+
+    newest = TrainingCheckpoints(run / "checkpoints").paths()[-1]
+    assert newest.name == "step_000000000400"
+    (learner_file,) = (newest / "learner").glob("*.ckpt")
+    learner_file.write_bytes(learner_file.read_bytes()[:-10])
+    main(["train", "--resume", str(run), *common])
+    captured = capsys.readouterr()
+    assert f"dmpo: warning: skipping unusable checkpoint {newest}" in " ".join(captured.err.split())
+    assert "finished: 400 env steps" in captured.out
+    for label, key in [("environment_loop", "actor_steps"), ("learner", "learner_steps")]:
+        rows = (run / "logs" / label / "logs.csv").read_text().splitlines()
+        column = rows[0].split(",").index(key)
+        steps = [int(float(row.split(",")[column])) for row in rows[1:]]
+        assert len(steps) == len(set(steps)) and steps == sorted(steps), (label, steps)
+        events = [(tag, step) for tag, step, _ in scalar_events(run / "tb" / label)]
+        assert len(events) == len(set(events)), label
+    assert load_curve(run, label_source="environment_loop").x.tolist() == [200.0, 400.0]

@@ -283,3 +283,63 @@ def test_progress_is_disabled_off_a_terminal_and_draws_when_forced():
 def test_progress_rejects_bad_total():
     with pytest.raises(ValueError, match="total_steps"):
         Progress(0)
+
+
+# -- rewinding logs to a resumed checkpoint's step ------------------------------------------------
+
+
+def test_rewind_csv_drops_rows_past_the_step_and_a_torn_line(tmp_path):
+    from dmpo.utils.logging import CSVLogger, rewind_csv
+
+    logger = CSVLogger(tmp_path, "loop")
+    for step in (100, 200, 300, 400):
+        logger.write({"actor_steps": step, "episode_return": step / 10})
+    logger.close()
+    with open(logger.path, "a", encoding="utf-8") as f:
+        f.write("500,5")  # a row torn by a kill
+    assert rewind_csv(logger.path, "actor_steps", 200) == 2
+    assert logger.path.read_text() == "actor_steps,episode_return\n100,10.0\n200,20.0\n"
+    resumed = CSVLogger(tmp_path, "loop")  # continues under the same header
+    resumed.write({"actor_steps": 300, "episode_return": 31.0})
+    resumed.close()
+    assert logger.path.read_text().splitlines()[-1] == "300,31.0"
+
+
+def test_rewind_of_tensorboard_events_keeps_each_step_once(tmp_path):
+    from dmpo.utils.event_files import event_files, scalar_events
+    from dmpo.utils.logging import TensorBoardLogger, rewind_logs
+
+    first = TensorBoardLogger(tmp_path, "learner", step_key="learner_steps")
+    for step in range(1, 11):
+        first.write({"learner_steps": step, "loss": float(step)})
+    first.close()
+    (path,) = event_files(tmp_path / "tb" / "learner")
+    with open(path, "ab") as f:
+        f.write(b"\x10\x00\x00")  # a record torn by a kill
+    assert rewind_logs(tmp_path, "learner", "learner_steps", 6) == 2 * 4  # two tags × steps 7..10
+    second = TensorBoardLogger(tmp_path, "learner", step_key="learner_steps")
+    for step in range(7, 13):
+        second.write({"learner_steps": step, "loss": float(step) + 0.5})
+    second.close()
+    events = [(tag, step) for tag, step, _ in scalar_events(tmp_path / "tb" / "learner")]
+    expected = {(tag, step) for tag in ("learner_steps", "loss") for step in range(1, 13)}
+    assert sorted(events) == sorted(expected)
+    losses = {step: value for tag, step, value in scalar_events(tmp_path / "tb" / "learner") if tag == "loss"}
+    assert losses[6] == 6.0 and losses[7] == 7.5  # the resumed run's values after the checkpoint
+
+
+def test_make_logger_rewinds_when_told_the_resume_step(tmp_path):
+    from dmpo.utils.logging import make_logger
+
+    logger = make_logger("loop", tmp_path, time_delta=0.0, terminal=False, step_key="actor_steps")
+    for step in (10, 20, 30):
+        logger.write({"actor_steps": step, "x": 1.0})
+    logger.close()
+    logger = make_logger("loop", tmp_path, time_delta=0.0, terminal=False, step_key="actor_steps",
+                         resume_from_step=10)
+    logger.write({"actor_steps": 20, "x": 2.0})
+    logger.close()
+    lines = (tmp_path / "logs" / "loop" / "logs.csv").read_text().splitlines()
+    assert lines == ["actor_steps,x", "10,1.0", "20,2.0"]
+    with pytest.raises(ValueError, match="step_key"):
+        make_logger("loop", tmp_path, terminal=False, resume_from_step=10)

@@ -503,3 +503,48 @@ def test_replay_package_does_not_import_jax():
     code = "import sys, dmpo.replay; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_save_writes_outside_the_lock_and_keeps_its_snapshot(tmp_path, monkeypatch, sampler):
+    """A long save must not stall the table (the distributed health check calls stats()): while the
+    writer is held mid-write, stats/insert/sample are answered, and the file holds the table as it
+    was when the save began."""
+    import threading
+
+    from dmpo.replay import table as table_module
+
+    table = _filled(sampler, n=37)
+    reference = tmp_path / "reference.npz"
+    table.save(reference)  # what the blocked save must write
+    writing, release = threading.Event(), threading.Event()
+    real_write = table_module.persistence.write_archive
+
+    def held_write(path, header, arrays):
+        writing.set()
+        assert release.wait(60), "the test never released the writer"
+        real_write(path, header, arrays)
+
+    monkeypatch.setattr(table_module.persistence, "write_archive", held_write)
+    saver = threading.Thread(target=table.save, args=(tmp_path / "held.npz",))
+    saver.start()
+    try:
+        assert writing.wait(60)
+        answered = threading.Event()
+
+        def use_table():
+            table.stats()
+            table.insert(one(500), priority=2.0)  # overwrites a slot the snapshot holds (max_size 16)
+            table.sample(4)
+            answered.set()
+
+        user = threading.Thread(target=use_table, daemon=True)
+        user.start()
+        assert answered.wait(60), "the table was blocked while a save was writing"
+    finally:
+        release.set()
+        saver.join(60)
+    assert not saver.is_alive()
+    held, ref = Table.restore(tmp_path / "held.npz"), Table.restore(reference)
+    assert held.stats() == ref.stats()
+    tree.map_structure(np.testing.assert_array_equal, held.sample_with_info(30), ref.sample_with_info(30))

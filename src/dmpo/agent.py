@@ -79,12 +79,17 @@ class DMPO:
         handoff = BatchSlot()
         self.learner = builder.make_learner(handoff if overlap_learner else self._iterator, seed=learner_seed,
                                             logger=logger, counter=counter)
-        self._published_params = self.learner.online_policy_params()
-        source = (lambda: self._published_params) if overlap_learner else self.learner.online_policy_params
+        # The actor reads device copies (`policy_params_on_device`): no host round trip per update.
+        self._published_params = self.learner.policy_params_on_device(online=True)
+        source = ((lambda: self._published_params) if overlap_learner
+                  else lambda: self.learner.policy_params_on_device(online=True))
         self.actor = builder.make_actor(source, seed=actor_seed, adder=self.adder)
         self.num_observations = 0
         self.learning_starts = config.min_observations
         """Observation count of the first learner step; later after a resume that found no replay."""
+        self.pending_sgd_steps = 0
+        """Synchronous mode: updates due by the schedule but not yet run, fewer than
+        `config.learner.sgd_steps_per_call` (they run with the next call). Part of a checkpoint."""
 
         self._learner_lock = threading.Lock()  # held by the learner thread during a step; pause() takes it
         self._stop = threading.Event()
@@ -120,11 +125,13 @@ class DMPO:
             self._ensure_learner_thread()
             self.actor.update()
             return
-        steps = learner_steps_due(self.num_observations, self.learning_starts,
-                                  self.config.observations_per_step)
-        for _ in range(steps):
+        self.pending_sgd_steps += learner_steps_due(self.num_observations, self.learning_starts,
+                                                    self.config.observations_per_step)
+        calls = self.pending_sgd_steps // self.learner.batches_per_step
+        for _ in range(calls):
             self.learner.step()
-        if steps:
+        self.pending_sgd_steps -= calls * self.learner.batches_per_step
+        if calls:
             self.actor.update()
 
     # -- overlapped learner -----------------------------------------------------------------------
@@ -134,7 +141,7 @@ class DMPO:
             self._thread.start()
 
     def _publish(self) -> None:
-        self._published_params = self.learner.online_policy_params()
+        self._published_params = self.learner.policy_params_on_device(online=True)
 
     def _learner_loop(self) -> None:
         try:

@@ -202,6 +202,7 @@ class CheckpointState:
         replay it is that resume's count plus `min_observations`.
       episodes / evaluations: training episodes and evaluation rounds so far.
       num_actions: the behaviour actor's action count (its RNG position); None when distributed.
+      pending_sgd_steps: synchronous updates due but not yet run (`sgd_steps_per_call` > 1).
       counters: local counters' exact state (root and children) for bit-exact resume; None when
         distributed (the shared counter is restored from `counts`).
       mid_episode: taken inside an episode (Ctrl-C): a resume starts a new episode.
@@ -216,6 +217,7 @@ class CheckpointState:
     episodes: int = 0
     evaluations: int = 0
     num_actions: int | None = None
+    pending_sgd_steps: int = 0
     counters: dict[str, Any] | None = None
     mid_episode: bool = False
     distributed: bool = False

@@ -25,7 +25,6 @@ import struct
 from pathlib import Path
 from typing import Any
 
-import flax.serialization
 import numpy as np
 
 from dmpo.files import atomic_write
@@ -40,8 +39,10 @@ _NAME = re.compile(r"^checkpoint_(\d+)\.ckpt$")
 _TEMP_PREFIX = ".checkpoint_"
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, corrupted, or does not match what it is restored into."""
+class CheckpointError(RuntimeError, ValueError):
+    """A checkpoint (learner file, replay table file or checkpoint folder) is missing, corrupted, or
+    does not match what it is restored into. The one checkpoint error of dmpo (`dmpo.replay` re-exports
+    it); a ValueError too, as the replay's own error used to be."""
 
 
 def _leaf_summary(value: Any) -> tuple[list[int], str]:
@@ -122,6 +123,8 @@ class Checkpointer:
             json.dumps(metadata, allow_nan=True)
         except (TypeError, ValueError) as error:
             raise TypeError(f"metadata must be JSON-serialisable: {error}") from error
+        import flax.serialization  # here, not at the top: dmpo.replay imports CheckpointError without jax
+
         state_dict = flax.serialization.to_state_dict(state)
         payload = flax.serialization.msgpack_serialize(state_dict)
         header = json.dumps({
@@ -189,6 +192,17 @@ def _read_header(path: Path, blob: bytes) -> tuple[dict[str, Any], bytes]:
     return header, payload
 
 
+def verify_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The header of one checkpoint file after checking its checksums; `CheckpointError` otherwise."""
+    path = Path(path)
+    try:
+        blob = path.read_bytes()
+    except OSError as error:
+        raise CheckpointError(f"checkpoint {path}: cannot be read ({error})") from error
+    header, _ = _read_header(path, blob)
+    return header
+
+
 def read_checkpoint(path: str | os.PathLike[str], template: Any) -> tuple[Any, dict[str, Any]]:
     """Reads one checkpoint file into the structure of `template`; see `Checkpointer.restore`."""
     path = Path(path)
@@ -197,6 +211,8 @@ def read_checkpoint(path: str | os.PathLike[str], template: Any) -> tuple[Any, d
     except OSError as error:
         raise CheckpointError(f"checkpoint {path}: cannot be read ({error})") from error
     header, payload = _read_header(path, blob)
+    import flax.serialization
+
     template_dict = flax.serialization.to_state_dict(template)
     mismatch = _first_mismatch(_summaries(template_dict), header["leaves"])
     if mismatch is not None:

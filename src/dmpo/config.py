@@ -123,10 +123,14 @@ class LearnerConfig:
     augmentation: Literal["none", "batch_shift", "image_shift"] = "none"
     """Pixel augmentation: none, one random shift per batch (reference) or per image (DrQ)."""
     mpo: MPOLossConfig = dataclasses.field(default_factory=MPOLossConfig)
+    sgd_steps_per_call: int = 1
+    """Updates per jitted learner call (Acme's `num_sgd_steps_per_step`): K batches are sent to the
+    device at once and `lax.scan`ned over, bit-identical to K single updates; 1 is the reference."""
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.discount <= 1.0, "LearnerConfig.discount", "in [0, 1]", self.discount)
-        _positive_int(self, "num_samples", "target_policy_update_period", "target_critic_update_period")
+        _positive_int(self, "num_samples", "target_policy_update_period", "target_critic_update_period",
+                      "sgd_steps_per_call")
         _positive(self, "policy_learning_rate", "critic_learning_rate", "dual_learning_rate",
                   "max_gradient_norm")
         modes = typing.get_args(typing.get_type_hints(LearnerConfig)["augmentation"])
@@ -201,7 +205,7 @@ class TrainConfig:
     """Environment steps between evaluations (one per crossed boundary, plus one at the end; single
     process: at the next episode end, distributed: at the driver's next poll); 0 disables evaluation."""
     eval_episodes: int = 5
-    """Episodes per evaluation, acting with the target policy's mean."""
+    """Episodes per evaluation, acting with the target policy's mean (>= 1 unless eval_every is 0)."""
     checkpoint_every: int = 10_000
     """Environment steps between checkpoints (one per crossed boundary; single process: at the next
     episode end, distributed: at the driver's next poll); 0 only saves at the end. No checkpoint
@@ -234,6 +238,9 @@ class TrainConfig:
         _check(not (self.overlap_learner and self.agent.samples_per_insert is None),
                "TrainConfig.overlap_learner", "False when agent.samples_per_insert is None (the "
                "overlapped learner's rate limiter holds that ratio)", self.overlap_learner)
+        _check(self.eval_every == 0 or self.eval_episodes >= 1, "TrainConfig.eval_episodes",
+               "a positive integer while eval_every > 0 (set eval_every=0 to turn evaluation off)",
+               self.eval_episodes)
 
     def resolved(self) -> TrainConfig:
         """This config with pixel defaults filled in: `--pixels` with the state networks' flatten torso

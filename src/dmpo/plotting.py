@@ -23,7 +23,8 @@ import numpy as np
 
 from dmpo.files import atomic_write_bytes
 
-__all__ = ["Curve", "aggregate_curves", "group_runs", "load_curve", "plot_runs", "smooth"]
+__all__ = ["Curve", "aggregate_curves", "group_runs", "interpolate_curves", "load_curve", "plot_runs",
+           "smooth"]
 
 _STEP_PREFERENCE = ("actor_steps", "steps", "evaluator_steps", "learner_steps")
 
@@ -100,6 +101,22 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
     return (sums[idx] - sums[start]) / (idx - start)
 
 
+def interpolate_curves(curves: Sequence[Curve], *, num_points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """(grid, values): the curves linearly interpolated onto `num_points` x values spanning the range
+    they all cover; `values[i]` is curve i. A single curve is returned on its own x values."""
+    if not curves:
+        raise ValueError("interpolate_curves needs at least one curve")
+    if len(curves) == 1:
+        return curves[0].x, curves[0].y[None, :]
+    lo = max(float(c.x[0]) for c in curves)
+    hi = min(float(c.x[-1]) for c in curves)
+    if not lo < hi:
+        raise ValueError(f"runs {[str(c.run) for c in curves]} share no x range to average over "
+                         f"({curves[0].x_key} from {lo} to {hi})")
+    grid = np.linspace(lo, hi, num_points)
+    return grid, np.stack([np.interp(grid, c.x, c.y) for c in curves])
+
+
 def aggregate_curves(curves: Sequence[Curve], *, num_points: int = 200,
                      spread: Literal["minmax", "std"] = "minmax"
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -111,13 +128,7 @@ def aggregate_curves(curves: Sequence[Curve], *, num_points: int = 200,
     if len(curves) == 1:
         c = curves[0]
         return c.x, c.y, c.y, c.y
-    lo = max(float(c.x[0]) for c in curves)
-    hi = min(float(c.x[-1]) for c in curves)
-    if not lo < hi:
-        raise ValueError(f"runs {[str(c.run) for c in curves]} share no x range to average over "
-                         f"({curves[0].x_key} from {lo} to {hi})")
-    grid = np.linspace(lo, hi, num_points)
-    values = np.stack([np.interp(grid, c.x, c.y) for c in curves])
+    grid, values = interpolate_curves(curves, num_points=num_points)
     mean = values.mean(axis=0)
     if spread == "std":
         std = values.std(axis=0)

@@ -335,12 +335,27 @@ class RunDirectory:
             fields["end_time"] = _now_iso()
         self.update_info(**fields)
 
-    def mark_resumed(self, command: Sequence[str] | None = None) -> None:
-        """Records a resume (time and command line) in run.json and sets the status to running."""
+    def update_config(self, config: Any, changes: Mapping[str, tuple[Any, Any]]) -> None:
+        """Replaces config.json with `config` (settings changed on resume, e.g. a longer budget) and
+        notes `changes` (`field: (old, new)`) in run.json; the next `mark_resumed` records them."""
+        atomic_write_json(self.config_path, config_to_dict(config))
         info = self.info()
-        resumes = [*info.get("resumes", []),
-                   {"time": _now_iso(), "command": list(sys.argv if command is None else command)}]
-        self.update_info(status="running", resumes=resumes)
+        pending = dict(info.get("pending_config_changes", {}))
+        for field, (old, new) in changes.items():
+            first = pending.get(field, {}).get("from", _to_jsonable(old, field))
+            pending[field] = {"from": first, "to": _to_jsonable(new, field)}
+        self.update_info(pending_config_changes=pending)
+
+    def mark_resumed(self, command: Sequence[str] | None = None) -> None:
+        """Records a resume (time, command line, config changes) in run.json; status running."""
+        info = self.info()
+        command = list(sys.argv if command is None else command)
+        entry: dict[str, Any] = {"time": _now_iso(), "command": command}
+        changes = info.pop("pending_config_changes", None)
+        if changes:
+            entry["config_changes"] = changes
+        info.update(status="running", resumes=[*info.get("resumes", []), entry])
+        atomic_write_json(self.info_path, info)
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"

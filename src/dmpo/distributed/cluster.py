@@ -3,8 +3,8 @@
 `ray_cluster(address, num_cpus)` is a context manager that yields a `ClusterInfo`:
 
 * `address=None` and Ray not yet initialised in this process: start a local cluster bound to the
-  loopback interface only (no dashboard, no auth token), and shut it down — waiting for its
-  processes to exit — when the block ends, however it ends.
+  loopback interface only (no dashboard) with Ray's token authentication on, and shut it down —
+  waiting for its processes to exit — when the block ends, however it ends.
 * `address` given: join that cluster; leave it running at the end (only our own actors are killed,
   by the program).
 * Ray already initialised in this process (a test fixture, a notebook): reuse it and leave it alone.
@@ -13,6 +13,12 @@ Why the loopback dance: Ray resolves "127.0.0.1" to the machine's routable addre
 "local-only" switch (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`) is off; that switch is read when Ray is
 imported, so we set the variable for the child processes and the module flag for this process only
 while the cluster starts.
+
+Why the token: loopback ports are open to every user of the machine, and anyone who can talk to a
+Ray cluster can run code as its owner. Each private cluster gets a fresh random token
+(`RAY_AUTH_MODE=token`, `RAY_AUTH_TOKEN`): Ray's servers refuse every gRPC/HTTP request without it.
+It lives only in the environment of this process and of the cluster's processes (which inherit it;
+/proc/<pid>/environ is readable by the owner only), never in a file or a log line.
 """
 
 from __future__ import annotations
@@ -61,12 +67,25 @@ def _local_only_binding() -> Iterator[None]:
             os.environ[_LOCAL_ONLY_ENV] = old_env
 
 
+def _use_private_token() -> None:
+    """Switch this process (and the processes it starts) to token authentication with a new token."""
+    import secrets
+
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # 256 bits, as Ray's own generator
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)  # the variable above must be the token used
+    Config.initialize("")  # Ray caches its config and the token: make it read the new ones
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 def start_local_cluster(num_cpus: int | None = None, *,
                         object_store_memory: int | None = None) -> ClusterInfo:
     """Start a private Ray cluster on this machine, reachable from localhost only."""
     if num_cpus is not None and (not isinstance(num_cpus, int) or num_cpus < 1):
         raise ValueError(f"num_cpus must be a positive integer or None, got {num_cpus!r}")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    _use_private_token()
     with _local_only_binding():
         context = ray.init(
             num_cpus=num_cpus,
@@ -98,8 +117,7 @@ def ray_cluster(address: str | None = None, *, num_cpus: int | None = None) -> I
         return
     if address is None:
         cluster = start_local_cluster(num_cpus)
-    else:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    else:  # the cluster's own authentication applies (RAY_AUTH_MODE / a token of the user's)
         ray.init(address=address, configure_logging=False, log_to_driver=True)
         cluster = dataclasses.replace(_joined(), owned=False)
     try:

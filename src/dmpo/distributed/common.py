@@ -70,7 +70,13 @@ def make_node_logger(label: str, run_dir: str | None, time_delta: float) -> Any:
     """A node's logger: CSV + TensorBoard under `run_dir` (nothing if None), no terminal output."""
     from dmpo.utils.logging import make_logger
 
-    return _WithAllCounts(make_logger(label, run_dir, time_delta=time_delta, terminal=False))
+    step_key = NODE_LOG_STEP_KEYS.get(label, "actor_steps")
+    return _WithAllCounts(make_logger(label, run_dir, time_delta=time_delta, terminal=False,
+                                      step_key=step_key))
+
+
+NODE_LOG_STEP_KEYS = {"learner": "learner_steps", "actor": "actor_steps", "evaluator": "actor_steps"}
+"""The count that orders each node log (TensorBoard's x-axis; what a resume cuts the logs back to)."""
 
 
 def node_seed(base: int, role: int, index: int = 0, generation: int = 0) -> int:

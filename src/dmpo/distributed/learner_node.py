@@ -113,8 +113,11 @@ class LearnerNode:
         return self._publisher.get()
 
     def _read_variables(self) -> Any:
-        with self._lock:
-            return self._learner.policy_params()
+        import jax
+
+        with self._lock:  # a device copy under the lock; the host transfer waits outside it
+            params = self._learner.policy_params_on_device()
+        return jax.device_get(params)
 
     # ---------------------------------------------------------------------------------- checkpoints
 

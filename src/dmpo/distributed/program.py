@@ -125,7 +125,8 @@ class DistributedProgram:
         from dmpo.runners.checkpoints import TrainingCheckpoints
 
         checkpoints = self.run_dir / "checkpoints"
-        latest = TrainingCheckpoints(checkpoints).latest() if checkpoints.is_dir() else None
+        latest = (TrainingCheckpoints(checkpoints).latest(verify_contents=self.resume)
+                  if checkpoints.is_dir() else None)
         if not self.resume:
             if latest is not None:
                 raise FileExistsError(f"{self.run_dir} already holds checkpoints ({latest.name}); pass "
@@ -190,6 +191,13 @@ class DistributedProgram:
         if self._latest_checkpoint is None:
             return None
         self._run.mark_resumed()
+        from dmpo.distributed.common import NODE_LOG_STEP_KEYS
+        from dmpo.utils.logging import rewind_logs
+
+        saved = json.loads((self._latest_checkpoint / "state.json").read_text())  # rows past it: logged twice
+        for label, key in NODE_LOG_STEP_KEYS.items():
+            rewind_logs(self.run_dir, label, key, int(saved["learner_steps" if key == "learner_steps"
+                                                         else "env_steps"]))
         replay = self._latest_checkpoint / "replay.npz"
         return str(replay) if self.config.save_replay and replay.is_file() else None
 

@@ -24,10 +24,6 @@ import ray
 import tree
 
 
-class StreamClosed(RuntimeError):
-    """The sample stream was closed while the learner waited for a batch."""
-
-
 class RemoteReplayWriter:
     """`insert_batch` forwarded to the replay node with at most `max_in_flight` calls outstanding."""
 

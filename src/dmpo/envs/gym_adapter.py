@@ -118,12 +118,25 @@ class GymnasiumEnvironment(dm_env.Environment):
     def discount_spec(self) -> specs.BoundedArray:
         return specs.BoundedArray((), np.float32, 0.0, 1.0, name="discount")
 
+    def render(self) -> np.ndarray:
+        """The current RGB frame (uint8 [H, W, 3]); needs the environment made with `render=True`."""
+        if self._gym_env.render_mode != "rgb_array":
+            raise EnvError(f"{self._gym_env.spec.id if self._gym_env.spec else 'this environment'} was "
+                           f"made with render_mode={self._gym_env.render_mode!r}; make it with render=True "
+                           "to record frames")
+        try:
+            frame = self._gym_env.render()
+        except gymnasium.error.DependencyNotInstalled as error:
+            raise EnvError(f"cannot render {self._gym_env.spec.id}: {error}") from None
+        return np.asarray(frame, dtype=np.uint8)
+
     def close(self) -> None:
         self._gym_env.close()
 
 
-def load(env_id: str, seed: int | None = None) -> GymnasiumEnvironment:
-    """`gymnasium.make(env_id)` wrapped as a dm_env; EnvError for ids not in gymnasium's registry."""
+def load(env_id: str, seed: int | None = None, render: bool = False) -> GymnasiumEnvironment:
+    """`gymnasium.make(env_id)` wrapped as a dm_env (with `render_mode="rgb_array"` when `render`, so
+    that `render()` returns frames); EnvError for ids not in gymnasium's registry."""
     if env_id not in gymnasium.registry:
         close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=5, cutoff=0.6)
         hint = f"; close matches: {', '.join(close)}" if close else ""
@@ -131,7 +144,7 @@ def load(env_id: str, seed: int | None = None) -> GymnasiumEnvironment:
             f"unknown gymnasium id {env_id!r}: check gymnasium's registry "
             f"(gymnasium.pprint_registry()) for a continuous-control id such as 'Pendulum-v1'{hint}"
         )
-    gym_env = gymnasium.make(env_id)
+    gym_env = gymnasium.make(env_id, render_mode="rgb_array") if render else gymnasium.make(env_id)
     try:
         return GymnasiumEnvironment(gym_env, seed=seed)
     except EnvError as error:

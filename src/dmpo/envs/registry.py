@@ -66,7 +66,8 @@ def _add_pixels(environment: dm_env.Environment, frame_stack: int, image_size: i
 
 
 def make(name: str, *, seed: int | None = None, action_repeat: int | None = None, pixels: bool = False,
-         frame_stack: int = 3, image_size: int = 84, camera_id: int = 0) -> dm_env.Environment:
+         frame_stack: int = 3, image_size: int = 84, camera_id: int = 0,
+         render: bool = False) -> dm_env.Environment:
     """Builds the environment `name` wrapped in the DMPO pipeline (module docstring).
 
     Args:
@@ -79,6 +80,8 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
       frame_stack: number of stacked frames (pixels only).
       image_size: image height and width (pixels only).
       camera_id: model camera to render (pixels only).
+      render: make the environment able to render RGB frames for videos (gymnasium tasks are made
+        with `render_mode="rgb_array"`; dm_control tasks always render through their physics).
 
     Returns:
       A dm_env environment with a float32 `[-1, 1]^D` action spec, float32 reward and discount
@@ -115,7 +118,7 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
             raise EnvError(f"pixels=True is supported for 'dmc:' tasks only, got {name!r}")
         from dmpo.envs import gym_adapter
 
-        environment = gym_adapter.load(task, seed)
+        environment = gym_adapter.load(task, seed, render=render)
     environment = wrappers.CanonicalActionWrapper(environment)
     if action_repeat > 1:
         environment = wrappers.ActionRepeatWrapper(environment, action_repeat)

@@ -7,13 +7,15 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from dmpo.config import LearnerConfig
 from dmpo.learning.state import TrainingState, init_training_state
-from dmpo.learning.update import make_update_fn
+from dmpo.learning.update import make_multi_update_fn, make_update_fn
 from dmpo.networks import DMPONetworks, PolicyParams
 from dmpo.types import EnvironmentSpec, Transition
+from dmpo.utils.logging import will_write
 
 
 class CounterLike(Protocol):
@@ -23,27 +25,30 @@ class CounterLike(Protocol):
 
 
 class LoggerLike(Protocol):
+    """A sink for rows. It may also have `will_write() -> bool` (the loggers of `dmpo.utils.logging`
+    do): False means a row written now would be dropped, so the learner skips fetching its metrics."""
+
     def write(self, data: dict[str, Any]) -> None: ...
 
 
 class BatchSlot(Iterator[Any]):
-    """A one-batch iterator: a run loop `put`s the batch it fetched, `Learner.step()` takes it.
+    """A hand-over iterator: a run loop `put`s the batches it fetched (`Learner.batches_per_step` of
+    them), `Learner.step()` takes them in order.
 
     Lets a run loop wait for data *outside* a lock that it holds around `step()` (waiting inside it
     deadlocks with whoever needs that lock to produce the data: an acting thread taking a checkpoint,
     an actor waiting for its first parameters)."""
 
     def __init__(self) -> None:
-        self._batch: Any = None
+        self._batches: list[Any] = []
 
     def put(self, batch: Any) -> None:
-        self._batch = batch
+        self._batches.append(batch)
 
     def __next__(self) -> Any:
-        batch, self._batch = self._batch, None
-        if batch is None:
+        if not self._batches:
             raise RuntimeError("the learner asked for a batch that its run loop did not put in the slot")
-        return batch
+        return self._batches.pop(0)
 
 
 class Learner:
@@ -55,8 +60,12 @@ class Learner:
       config: learner hyper-parameters.
       iterator: yields `Transition` batches (numpy or JAX arrays, `[B, ...]`).
       seed: seeds parameter initialisation and the step RNG.
-      logger: receives `metrics | counts` (Python floats) after each step, if given.
-      counter: receives `steps=1, walltime=<seconds since the previous step>` after each step.
+      logger: receives `metrics | counts` (Python floats) after each step, if given. The metrics are
+        fetched from the device only when the logger will write the row (see `LoggerLike`).
+      counter: receives `steps=K, walltime=<seconds since the previous step>` after each step.
+
+    Each `step()` runs K = `config.sgd_steps_per_call` updates on K batches in one jitted call; the
+    metrics are the last update's, and every count is of updates (K per call).
     """
 
     def __init__(
@@ -77,9 +86,16 @@ class Learner:
         self._logger = logger
         self._counter = counter
         self._state = init_training_state(networks, env_spec, config, jax.random.PRNGKey(int(seed)))
-        self._update = make_update_fn(networks, config, donate=True)
+        self._sgd_steps = int(config.sgd_steps_per_call)
+        if self._sgd_steps == 1:
+            self._update = make_update_fn(networks, config, donate=True)
+        else:
+            self._update = make_multi_update_fn(networks, config, donate=True)
         self._last_step_time: float | None = None
+        self._in_flight: Any = None  # the previous call's metrics, ready when that update is done
         self._local_steps = 0
+        self.metric_fetches = 0
+        """How many steps fetched their metrics from the device (one transfer each)."""
 
     @property
     def state(self) -> TrainingState:
@@ -91,27 +107,46 @@ class Learner:
     def state(self, state: TrainingState) -> None:
         self._state = jax.device_put(state)
 
+    @property
+    def batches_per_step(self) -> int:
+        """Batches one `step()` takes from the iterator: `config.sgd_steps_per_call`."""
+        return self._sgd_steps
+
     def step(self) -> dict[str, Any]:
-        """One update on the next batch; returns the metrics merged with the counts."""
-        batch = jax.device_put(next(self._iterator))
-        self._state, metrics = self._update(self._state, batch)
+        """`batches_per_step` updates on the next batches; returns the (device) metrics of the last
+        update merged with the counts."""
+        if self._sgd_steps == 1:
+            batches = next(self._iterator)
+        else:  # stacked on the host when they are numpy: one transfer for the K batches
+            batches = stack_batches([next(self._iterator) for _ in range(self._sgd_steps)])
+        batches = jax.device_put(batches)
+        if self._in_flight is not None:
+            # At most one call in flight: the host work between steps (sampling, acting) overlaps the
+            # device's update, but dispatch cannot run ahead without bound when no metrics are fetched.
+            jax.block_until_ready(self._in_flight)
+        self._state, metrics = self._update(self._state, batches)
+        self._in_flight = metrics
         now = time.monotonic()
         elapsed = 0.0 if self._last_step_time is None else now - self._last_step_time
         self._last_step_time = now
-        self._local_steps += 1
+        self._local_steps += self._sgd_steps
         if self._counter is not None:
-            counts = self._counter.increment(steps=1, walltime=elapsed)
+            counts = self._counter.increment(steps=self._sgd_steps, walltime=elapsed)
         else:
             counts = {"steps": self._local_steps}
         result = {**metrics, **counts}
-        if self._logger is not None:
+        if self._logger is not None and will_write(self._logger):
             # One transfer for every metric: a per-metric fetch re-acquires the GIL once per value,
             # which an acting thread running beside this one can delay by a switch interval each time.
+            # Only for rows the logger keeps: the fetch waits for the update, ending the overlap of
+            # host work with device work that asynchronous dispatch gives.
             host = jax.device_get(result)
+            self.metric_fetches += 1
             self._logger.write({key: _to_python(value) for key, value in host.items()})
         return result
 
     def run(self, num_steps: int) -> None:
+        """`num_steps` calls of `step()`: `num_steps · batches_per_step` updates."""
         if not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
             raise ValueError(f"num_steps must be a non-negative integer, got {num_steps!r}")
         for _ in range(int(num_steps)):
@@ -126,6 +161,13 @@ class Learner:
         """Online observation-network and policy variables (numpy): the single-process actor's."""
         online = self._state.params
         return _host_copy(PolicyParams(online.observation, online.policy))
+
+    def policy_params_on_device(self, online: bool = False) -> PolicyParams:
+        """A device copy of the target (default) or online policy variables, made without a host
+        transfer or a wait for the update in flight. Its buffers are its own, so it stays valid after
+        later (donating) steps: a publisher can hand it out and copy to the host only if needed."""
+        params = self._state.params if online else self._state.target_params
+        return _device_copy(PolicyParams(params.observation, params.policy))
 
     def save_state(self) -> TrainingState:
         """A host copy (fresh numpy arrays, never views of device buffers) of the whole training state."""
@@ -142,6 +184,22 @@ class Learner:
                 raise ValueError(f"state leaf {jax.tree_util.keystr(path)} has shape {np.shape(new)} "
                                  f"{np.asarray(new).dtype}, expected {np.shape(old)} {old.dtype}")
         self.state = state
+
+
+@jax.jit
+def _device_copy(tree: Any) -> Any:
+    # A jitted copy gets fresh output buffers (no output of a jit aliases an undonated input).
+    return jax.tree_util.tree_map(jnp.copy, tree)
+
+
+def stack_batches(batches: list[Any]) -> Any:
+    """`[K, B, ...]` leaves from K batches: numpy on the host, `jnp.stack` for device arrays."""
+    def stack(*leaves: Any) -> Any:
+        if any(isinstance(leaf, jax.Array) for leaf in leaves):
+            return jnp.stack(leaves)
+        return np.stack(leaves)
+
+    return jax.tree_util.tree_map(stack, *batches)
 
 
 def _host_copy(tree: Any) -> Any:

@@ -16,9 +16,10 @@ from dmpo.learning.learner import BatchSlot
 
 
 class SteppingLoop:
-    """Feeds `learner` (built on `handoff`) with batches from `batches`, one step per batch.
+    """Feeds `learner` (built on `handoff`) with batches from `batches`: `learner.batches_per_step`
+    batches per `step()` call, counted in updates (`self.steps`).
 
-    `after_step` runs under the lock after every step (e.g. to publish the new parameters).
+    `after_step` runs under the lock after every call (e.g. to publish the new parameters).
     """
 
     def __init__(self, learner: Any, batches: Iterator[Any], handoff: BatchSlot, *,
@@ -34,17 +35,19 @@ class SteppingLoop:
 
     def run(self, max_steps: int | None = None) -> int:
         """Steps until `stop` is set, the batches run out, or `self.steps` reaches `max_steps`."""
+        per_call = self.learner.batches_per_step
         while not self._stop.is_set() and (max_steps is None or self.steps < max_steps):
             try:
-                batch = next(self._batches)
+                batches = [next(self._batches) for _ in range(per_call)]
             except StopIteration:
                 break
             with self._lock:
                 if self._stop.is_set():
                     break
-                self._handoff.put(batch)
+                for batch in batches:
+                    self._handoff.put(batch)
                 self.learner.step()
-                self.steps += 1
+                self.steps += per_call
                 if self._after_step is not None:
                     self._after_step()
         return self.steps

@@ -213,3 +213,23 @@ def make_update_fn(networks: DMPONetworks, config: LearnerConfig, *, jit: bool =
     if not jit:
         return update
     return jax.jit(update, donate_argnums=(0,) if donate else ())
+
+
+def make_multi_update_fn(networks: DMPONetworks, config: LearnerConfig, *, jit: bool = True,
+                         donate: bool = False) -> UpdateFn:
+    """Builds `update_many(state, batches) -> (state, metrics)`: `lax.scan` of the single update over
+    the leading axis of `batches` (a `Transition` of `[K, B, ...]` arrays).
+
+    The result is bit-identical to K calls of `make_update_fn`'s update (the scan body is that very
+    function, and the step counter and key advance inside it, so target syncs land on the same
+    updates); `metrics` are the last update's. `donate` as in `make_update_fn`.
+    """
+    single = make_update_fn(networks, config, jit=False)
+
+    def update_many(state: TrainingState, batches: Transition) -> tuple[TrainingState, Metrics]:
+        state, metrics = jax.lax.scan(single, state, batches)
+        return state, jax.tree_util.tree_map(lambda values: values[-1], metrics)
+
+    if not jit:
+        return update_many
+    return jax.jit(update_many, donate_argnums=(0,) if donate else ())

@@ -16,15 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from dmpo.checkpointing import CheckpointError  # the one checkpoint error; imports no jax
 from dmpo.files import atomic_write
 
 FORMAT = "dmpo.replay.table"
 VERSION = 1
 _HEADER = "__header__"
-
-
-class CheckpointError(ValueError):
-    """A table file is truncated, corrupt, or does not match the table it is loaded into."""
 
 
 def write_archive(path: str | os.PathLike, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:

@@ -401,7 +401,9 @@ class Table:
     def save(self, path: str | os.PathLike) -> None:
         """Write contents, order, counters, limiter config and RNG state atomically to `path`.
 
-        The lock is held while writing, so the file is a consistent snapshot (and the table pauses).
+        A consistent snapshot (a copy of the live items, counters and RNG state) is taken under the
+        lock; the file is written after the lock is released, so inserts, samples and `stats()` (the
+        distributed health check) go on while a large table is written.
         """
         with self._lock:
             size = self._inserts - self._deletes
@@ -417,7 +419,9 @@ class Table:
             }
             arrays = dict(self._storage.state_arrays(size))
             arrays.update({f"sampler_{k}": v for k, v in self._sampler.state_arrays(size).items()})
-            persistence.write_archive(path, header, arrays)
+            # Views into the live storage would change under the writer: copy them now.
+            arrays = {k: v.copy() if v.base is not None else v for k, v in arrays.items()}
+        persistence.write_archive(path, header, arrays)
 
     def _sampler_exponent(self) -> float:
         return getattr(self._sampler, "exponent", 1.0)

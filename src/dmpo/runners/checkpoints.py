@@ -8,6 +8,14 @@
 A checkpoint folder is written under a hidden temporary name and renamed into place only when every
 file in it is complete (a rename is atomic), so a kill at any moment leaves the previous checkpoint
 loadable; half-written folders are removed the next time the directory is opened.
+
+A complete checkpoint is never replaced: a second save at the same environment step with a different
+state (a Ctrl-C in the episode after a periodic checkpoint: actor steps are counted at episode end)
+goes to `step_<N>-1`, `step_<N>-2`, ..., which sort after `step_<N>`. Old checkpoints are pruned only
+after the new one is in place, keeping the newest `keep`.
+
+`latest()` verifies the newest checkpoint (state.json parses, the learner file's and the replay
+file's checksums hold) and falls back to the previous kept one, with a warning naming the bad folder.
 """
 
 from __future__ import annotations
@@ -17,13 +25,72 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
-from dmpo.checkpointing import Checkpointer, CheckpointError
+from dmpo.checkpointing import Checkpointer, CheckpointError, verify_checkpoint_file
+from dmpo.files import fsync_directory
 
-_NAME = re.compile(r"^step_(\d{12})$")
+_NAME = re.compile(r"^step_(\d{12})(?:-(\d+))?$")
 _TEMP_PREFIX = ".step_"
+
+
+def _folder_name(step: int, index: int) -> str:
+    return f"step_{step:012d}" if index == 0 else f"step_{step:012d}-{index}"
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    state_file = path / "state.json"
+    if not state_file.is_file():
+        raise CheckpointError(f"{path} is not a complete checkpoint (state.json missing)")
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{state_file} is not valid JSON: {error}") from error
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{state_file} does not hold a JSON object")
+    return state
+
+
+_verified: dict[tuple, dict[str, Any]] = {}  # folder + file stats -> state: verify each version once
+
+
+def _fingerprint(path: Path) -> tuple:
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return (str(path.resolve()), *((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+def verify(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Checks one checkpoint folder without building anything; returns its state, or raises
+    `CheckpointError` naming what is wrong (state.json, the learner file's or the replay file's
+    checksums). A folder already verified and unchanged since is not read again."""
+    path = Path(path)
+    key = _fingerprint(path)
+    if key in _verified:
+        return _verified[key]
+    state = _verify(path)
+    _verified[key] = state
+    return state
+
+
+def _verify(path: Path) -> dict[str, Any]:
+    state = _read_state(path)
+    learner_file = Checkpointer(path / "learner").latest()
+    if learner_file is None:
+        raise CheckpointError(f"{path}: no learner checkpoint file in {path / 'learner'}")
+    verify_checkpoint_file(learner_file)
+    replay = path / "replay.npz"
+    if replay.is_file():
+        try:
+            with zipfile.ZipFile(replay) as archive:
+                bad = archive.testzip()  # reads every member and checks its CRC
+        except (OSError, zipfile.BadZipFile, EOFError) as error:
+            raise CheckpointError(f"{replay}: replay file is truncated or corrupt ({error})") from error
+        if bad is not None:
+            raise CheckpointError(f"{replay}: replay file member {bad!r} is corrupt (CRC mismatch)")
+    return state
 
 
 class TrainingCheckpoints:
@@ -38,18 +105,64 @@ class TrainingCheckpoints:
         for stray in self.directory.glob(f"{_TEMP_PREFIX}*"):  # left by a run that was killed mid-save
             shutil.rmtree(stray, ignore_errors=True)
 
-    def steps(self) -> list[int]:
-        found = [int(m.group(1)) for p in self.directory.iterdir()
+    def _entries(self) -> list[tuple[int, int, Path]]:
+        found = [(int(m.group(1)), int(m.group(2) or 0), p) for p in self.directory.iterdir()
                  if (m := _NAME.match(p.name)) and (p / "state.json").is_file()]
         return sorted(found)
 
-    def latest(self) -> Path | None:
-        steps = self.steps()
-        return self.directory / f"step_{steps[-1]:012d}" if steps else None
+    def paths(self) -> list[Path]:
+        """Complete checkpoint folders, oldest first."""
+        return [path for _, _, path in self._entries()]
+
+    def steps(self) -> list[int]:
+        """Environment steps of the complete checkpoints, oldest first (a step repeats if it was saved
+        twice with different states)."""
+        return [step for step, _, _ in self._entries()]
+
+    def latest(self, verify_contents: bool = True) -> Path | None:
+        """The newest checkpoint that verifies (see `verify`); an unusable newer one is skipped with a
+        warning. None if there is none; `CheckpointError` if there are some but none is usable."""
+        paths = self.paths()
+        if not verify_contents:
+            return paths[-1] if paths else None
+        problems = []
+        for path in reversed(paths):
+            try:
+                verify(path)
+            except CheckpointError as error:
+                problems.append(str(error))
+                warnings.warn(f"skipping unusable checkpoint {path}: {error}", RuntimeWarning, stacklevel=2)
+                continue
+            return path
+        if problems:
+            raise CheckpointError(f"no usable checkpoint in {self.directory}: " + "; ".join(problems))
+        return None
+
+    def latest_state(self) -> dict[str, Any] | None:
+        """state.json of `latest()` (e.g. the steps a resumed run's logs are cut back to)."""
+        path = self.latest()
+        return None if path is None else verify(path)
 
     def save(self, step: int, learner_state: Any, state: dict[str, Any], table: Any = None) -> Path:
-        """Writes one checkpoint folder for env step `step`; `table` (if given) is saved with it."""
-        final = self.directory / f"step_{step:012d}"
+        """Writes one checkpoint folder for env step `step`; `table` (if given) is saved with it.
+
+        If the newest folder of this step already holds exactly `state` (a final save right after a
+        periodic one), it is returned as is; otherwise the new folder gets the next free name.
+        """
+        same_step = [(index, path) for s, index, path in self._entries() if s == step]
+        if same_step:
+            index, path = same_step[-1]
+            try:
+                if _read_state(path) == json.loads(json.dumps(state)):
+                    return path
+            except CheckpointError:
+                pass
+            index += 1
+        else:
+            index = 0
+        while (self.directory / _folder_name(step, index)).exists():  # e.g. a folder without state.json
+            index += 1
+        final = self.directory / _folder_name(step, index)
         temp = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=self.directory))
         try:
             Checkpointer(temp / "learner", max_to_keep=1).save(int(state.get("learner_steps", 0)),
@@ -57,27 +170,21 @@ class TrainingCheckpoints:
             if table is not None:
                 table.save(temp / "replay.npz")
             (temp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-            if final.exists():  # the same step saved twice (e.g. a final save right after a periodic one)
-                shutil.rmtree(final)
-            os.replace(temp, final)
+            fsync_directory(temp)
+            os.rename(temp, final)  # `final` does not exist: a complete checkpoint is never replaced
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
-        for old in self.steps()[:-self.keep]:
-            shutil.rmtree(self.directory / f"step_{old:012d}", ignore_errors=True)
+        fsync_directory(self.directory)
+        for old in self.paths()[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
         return final
 
     @staticmethod
     def load(path: str | os.PathLike[str], learner_template: Any) -> tuple[Any, dict[str, Any], Path | None]:
         """Returns `(learner_state, state, replay_path or None)` from a checkpoint folder."""
         path = Path(path)
-        state_file = path / "state.json"
-        if not state_file.is_file():
-            raise CheckpointError(f"{path} is not a complete checkpoint (state.json missing)")
-        try:
-            state = json.loads(state_file.read_text())
-        except json.JSONDecodeError as error:
-            raise CheckpointError(f"{state_file} is not valid JSON: {error}") from error
+        state = _read_state(path)
         learner_state, _ = Checkpointer(path / "learner").restore(learner_template)
         replay = path / "replay.npz"
         return learner_state, state, replay if replay.is_file() else None

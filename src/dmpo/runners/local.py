@@ -76,12 +76,15 @@ class LocalTrainer:
         self.actor_counter.increment(steps=0, episodes=0)
         self.learner_counter.increment(steps=0, walltime=0.0)
         self.eval_counter.increment(steps=0, episodes=0)
+        resumed = (TrainingCheckpoints(run.checkpoints_dir).latest_state() if resume else None) or {}
         self.loop_logger = make_logger("environment_loop", path, time_delta=0.0,
-                                       terminal=not progress and not quiet, step_key="actor_steps")
+                                       terminal=not progress and not quiet, step_key="actor_steps",
+                                       resume_from_step=resumed.get("env_steps"))
         self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=not quiet,
-                                       step_key="actor_steps")
+                                       step_key="actor_steps", resume_from_step=resumed.get("env_steps"))
         self.learner_logger = make_logger("learner", path, time_delta=1.0, terminal=False,
-                                          step_key="learner_steps")
+                                          step_key="learner_steps",
+                                          resume_from_step=resumed.get("learner_steps"))
         self.agent = DMPO(self.spec, config.agent, networks=networks, seed=config.seed,
                           logger=self.learner_logger, counter=self.learner_counter,
                           overlap_learner=config.overlap_learner)
@@ -104,7 +107,8 @@ class LocalTrainer:
             env_steps=int(counts.get("actor_steps", 0)), learner_steps=int(counts.get("learner_steps", 0)),
             counts=counts, num_observations=self.agent.num_observations,
             learning_starts=self.agent.learning_starts, episodes=self.episodes, evaluations=self.evaluations,
-            num_actions=self.agent.actor.num_actions, mid_episode=mid_episode,
+            num_actions=self.agent.actor.num_actions, pending_sgd_steps=self.agent.pending_sgd_steps,
+            mid_episode=mid_episode,
             counters={"root": self.counter.state_dict(),
                       **{name: c.state_dict() for name, c in self._children().items()}})
 
@@ -137,6 +141,7 @@ class LocalTrainer:
             child.load_state_dict(state.counters[name])
         self.agent.num_observations = state.num_observations
         self.agent.learning_starts = state.learning_starts
+        self.agent.pending_sgd_steps = state.pending_sgd_steps
         if replay is not None:
             self.agent.table.load(replay)
         else:

@@ -5,6 +5,10 @@ terminal (`[Label] Key = value | …`), CSV (`<run>/logs/<label>/logs.csv`) and 
 (`<run>/tb/<label>`). `Dispatcher` fans a row out to several sinks and `TimeFilter` drops rows that
 arrive too soon after the last written one. Every sink drops `None` values, so callers may log
 optional metrics without branching. `make_logger` assembles the default stack.
+
+A logger may also answer `will_write()`: whether a row written now would reach a sink (the filter
+and the no-op logger say no when they would drop it), so a caller can skip computing or fetching a
+row that would be thrown away. Loggers without the method are taken to write everything.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ import csv
 import numbers
 import os
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from dmpo.files import atomic_write_bytes
 
 __all__ = [
     "CSVLogger",
@@ -30,6 +37,9 @@ __all__ = [
     "TimeFilter",
     "format_row",
     "make_logger",
+    "rewind_csv",
+    "rewind_logs",
+    "will_write",
 ]
 
 
@@ -39,6 +49,12 @@ class Logger(Protocol):
     def write(self, data: Mapping[str, Any]) -> None: ...
 
     def close(self) -> None: ...
+
+
+def will_write(logger: Any) -> bool:
+    """`logger.will_write()` if it has one, else True (a logger is assumed to write every row)."""
+    method = getattr(logger, "will_write", None)
+    return True if method is None else bool(method())
 
 
 def _drop_none(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,7 +207,10 @@ class TensorBoardLogger:
 
         self.logdir = Path(directory) / "tb" / label
         self.logdir.mkdir(parents=True, exist_ok=True)
-        self._writer = SummaryWriter(logdir=str(self.logdir), flush_secs=flush_secs)
+        # tensorboardX names files by the second and host only, and truncates an existing file: a
+        # resume within the same second would wipe the earlier events without a unique suffix.
+        self._writer = SummaryWriter(logdir=str(self.logdir), flush_secs=flush_secs,
+                                     filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
         self._step_key = step_key
         self._count = 0
 
@@ -225,6 +244,9 @@ class Dispatcher:
         for logger in self._loggers:
             logger.write(data)
 
+    def will_write(self) -> bool:
+        return any(will_write(logger) for logger in self._loggers)
+
     def close(self) -> None:
         for logger in self._loggers:
             logger.close()
@@ -245,9 +267,16 @@ class TimeFilter:
         self._clock = clock
         self._last_written: float | None = None
 
+    def _due(self, now: float) -> bool:
+        return self._last_written is None or now - self._last_written >= self._time_delta
+
+    def will_write(self) -> bool:
+        """Whether a row written now would pass (and the logger behind would write it)."""
+        return self._due(self._clock()) and will_write(self._logger)
+
     def write(self, data: Mapping[str, Any]) -> None:
         now = self._clock()
-        if self._last_written is None or now - self._last_written >= self._time_delta:
+        if self._due(now):
             self._logger.write(data)
             self._last_written = now
 
@@ -261,8 +290,61 @@ class NoOpLogger:
     def write(self, data: Mapping[str, Any]) -> None:
         pass
 
+    def will_write(self) -> bool:
+        return False
+
     def close(self) -> None:
         pass
+
+
+def _step_of(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def rewind_csv(path: str | os.PathLike[str], step_key: str, last_step: int) -> int:
+    """Drops the rows of a CSV log whose `step_key` is past `last_step` (rewritten atomically, a torn
+    last line dropped too); returns how many rows were dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    raw = path.read_bytes()
+    if not raw.endswith(b"\n"):
+        raw = raw[:raw.rfind(b"\n") + 1]
+    lines = raw.decode("utf-8").splitlines(keepends=True)
+    if not lines:
+        atomic_write_bytes(path, raw)
+        return 0
+    header = next(csv.reader([lines[0]]))
+    if step_key not in header:
+        return 0
+    column = header.index(step_key)
+    kept = [lines[0]]
+    for line in lines[1:]:
+        cells = next(csv.reader([line]), [])
+        step = _step_of(cells[column]) if column < len(cells) else None
+        if step is None or step <= last_step:
+            kept.append(line)
+    dropped = len(lines) - len(kept)
+    if dropped or len(raw) != path.stat().st_size:
+        atomic_write_bytes(path, "".join(kept).encode("utf-8"))
+    return dropped
+
+
+def rewind_logs(run_dir: str | os.PathLike[str], label: str, step_key: str, last_step: int) -> int:
+    """Cuts the CSV and TensorBoard logs of `label` back to `last_step` (the step of the checkpoint a
+    run resumes from), so that rows written between that checkpoint and a kill do not appear twice.
+    Returns how many CSV rows and TensorBoard events were dropped."""
+    from dmpo.utils.event_files import truncate_event_files
+
+    run_dir = Path(run_dir)
+    dropped = rewind_csv(run_dir / "logs" / label / "logs.csv", step_key, last_step)
+    tb = run_dir / "tb" / label
+    if tb.is_dir():
+        dropped += truncate_event_files(tb, last_step)
+    return dropped
 
 
 def make_logger(
@@ -275,11 +357,18 @@ def make_logger(
     tensorboard: bool = True,
     step_key: str | None = None,
     print_fn: Callable[[str], None] | None = None,
+    resume_from_step: int | None = None,
 ) -> Logger:
     """The default logger: terminal + CSV + TensorBoard behind one time filter.
 
-    With `run_dir=None` nothing is written to disk (CSV and TensorBoard are skipped).
+    With `run_dir=None` nothing is written to disk (CSV and TensorBoard are skipped). With
+    `resume_from_step` (a resumed run: the checkpoint's value of `step_key`) the existing logs are
+    first cut back to that step (`rewind_logs`), so that they continue without duplicate steps.
     """
+    if resume_from_step is not None and run_dir is not None:
+        if step_key is None:
+            raise ValueError(f"logger {label!r}: resume_from_step needs the step_key of its rows")
+        rewind_logs(run_dir, label, step_key, int(resume_from_step))
     sinks: list[Logger] = []
     if terminal:
         sinks.append(TerminalLogger(label, print_fn=print_fn))

@@ -1,0 +1,349 @@
+"""Learning benchmark: `dmpo train` on tasks × seeds × presets at one budget, then a results table.
+
+    .venv/bin/python benchmarks/learning.py --tasks dmc:cartpole-swingup dmc:walker-walk dmc:cheetah-run \\
+        --seeds 0 1 2 --steps 100000 --preset default reference --out bench/dmc-100k
+    .venv/bin/python benchmarks/learning.py --out bench/dmc-100k --summarise-only
+    .venv/bin/python benchmarks/learning.py --tasks gym:HalfCheetah-v5 --seeds 0 1 2 --out bench/gym \\
+        -- --agent.networks.vmin -500 --agent.networks.vmax 1500   # after `--`: flags for every run
+
+Each (preset, task, seed) is one `dmpo train` process (`python -m dmpo.cli train`), `--jobs` at a time,
+laid out under --out as `dmpo.benchmark_runs` describes (runs/<preset>/<task>/seed-<S>/, output/ logs,
+bench.json). It then writes, from the finished runs the command names (with --summarise-only: every
+finished run under --out, or those --tasks / --preset / --seeds name):
+
+    results.csv   one row per (task, preset): final and area-under-curve return, mean and 95% CI
+    runs.csv      one row per run
+    results.md    the table for BENCHMARKS.md, with the commands that made it on top
+    curves.png    one panel per task: mean evaluation return per preset, its interval shaded
+
+The figures are defined in `dmpo.benchmarking`. Running the same command again continues an interrupted
+benchmark: finished runs are skipped, unfinished ones resumed from their checkpoint (`dmpo train
+--resume`); a folder without a checkpoint is renamed `seed-<S>.incomplete-<k>` (kept) and started again.
+A run folder made with other settings (budget, preset, evaluation, extra flags) is an error before
+anything starts: use another --out. Speed is environment steps over the wall time of the `dmpo train`
+processes (start-up, compilation and evaluation included); runs sharing the machine (--jobs > 1) each
+run slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from dmpo.benchmark_runs import (
+    Manifest,
+    PlannedRun,
+    exclusive,
+    find_runs,
+    now_iso,
+    plan_action,
+    raise_interrupt,
+    run_all,
+    task_folder,
+)
+from dmpo.benchmarking import (
+    RunResult,
+    plot_benchmark,
+    read_run,
+    results_markdown,
+    summarise,
+    write_results_csv,
+    write_runs_csv,
+)
+
+# A preset is a named set of extra `dmpo train` flags; adding one is adding a line.
+PRESETS: dict[str, tuple[str, ...]] = {
+    # `dmpo train`'s own agent, `control_suite_preset()` (learning rates 3e-4, policy target period 25).
+    "default": (),
+    # The reference's `DMPOConfig()`: the three values the preset changes, set back.
+    "reference": ("--agent.learner.policy-learning-rate", "1e-4", "--agent.learner.critic-learning-rate",
+                  "1e-4", "--agent.learner.target-policy-update-period", "100"),
+}
+# Set by the tool itself for every run, so they may not appear among the extra flags.
+_OWN_FLAGS = ("--env", "--seed", "--steps", "--eval-every", "--eval-episodes", "--run-dir", "--resume",
+              "--progress", "--no-progress")
+
+
+def train_settings(task: str, seed: int | str, args: argparse.Namespace, preset: str,
+                   extra: Sequence[str]) -> tuple[str, ...]:
+    return ("--env", task, "--seed", str(seed), "--steps", str(args.steps), "--eval-every",
+            str(args.eval_every), "--eval-episodes", str(args.eval_episodes), *PRESETS[preset], *extra)
+
+
+def _shown(path: str) -> str:
+    """A path as typed from the current folder when it lies below it."""
+    with contextlib.suppress(ValueError):
+        return os.path.relpath(path) if Path(path).absolute().is_relative_to(Path.cwd()) else path
+    return path
+
+
+# ---------------------------------------------------------------------------------------- arguments
+
+
+def build_parser() -> argparse.ArgumentParser:
+    presets = "; ".join(f"{name}: {shlex.join(flags) or '(no flags)'}" for name, flags in PRESETS.items())
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/learning.py", description=__doc__.splitlines()[0],
+        epilog=f"Presets (extra `dmpo train` flags) -- {presets}. Flags after `--` go to every run.")
+    parser.add_argument("--tasks", nargs="+", metavar="TASK",
+                        help="e.g. dmc:cartpole-swingup gym:HalfCheetah-v5")
+    parser.add_argument("--seeds", nargs="+", type=int, metavar="S", help="training seeds (default: 0 1 2)")
+    parser.add_argument("--steps", type=int, default=100_000,
+                        help="environment steps per run (default 100000)")
+    parser.add_argument("--preset", nargs="+", metavar="NAME", help=f"one or more of {list(PRESETS)} "
+                        "(default: default)")
+    parser.add_argument("--out", type=Path, required=True, help="benchmark folder, e.g. bench/dmc-100k")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument("--eval-every", type=int, default=10_000, help="steps between evaluations (10000)")
+    parser.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
+    parser.add_argument("--summarise-only", action="store_true",
+                        help="only rebuild the table and figure from the runs under --out "
+                             "(--tasks / --preset / --seeds then filter)")
+    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Parses the tool's options (before `--`) and returns the extra `dmpo train` flags (after it)."""
+    argv = list(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv[:split])
+    extra = argv[split + 1:]
+    unknown = [p for p in args.preset or () if p not in PRESETS]
+    if unknown:
+        parser.error(f"--preset: unknown preset(s) {unknown}; known presets are {list(PRESETS)}")
+    if not args.summarise_only and not args.tasks:
+        parser.error("--tasks: give at least one task, e.g. --tasks dmc:cartpole-swingup")
+    bad_tasks = [t for t in args.tasks or () if ":" not in t]
+    if bad_tasks:
+        parser.error(f"--tasks: {bad_tasks} are not task names such as dmc:cartpole-swingup or "
+                     "gym:Pendulum-v1")
+    if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
+        parser.error(f"--seeds must be distinct integers >= 0, got {args.seeds}")
+    for name in ("steps", "jobs", "eval_every", "eval_episodes", "resamples"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    own = [flag for flag in extra if flag.split("=", 1)[0] in _OWN_FLAGS]
+    if own:
+        parser.error(f"the flags after `--` may not set {own}: the benchmark sets {list(_OWN_FLAGS)} itself")
+    if not args.summarise_only:
+        args.preset = args.preset or ["default"]
+        args.seeds = [0, 1, 2] if args.seeds is None else args.seeds
+    return args, extra
+
+
+def check_train_flags(flags: Sequence[str], what: str) -> None:
+    """Parses `flags` as `dmpo train` would (into a TrainConfig); exits naming `what` if they are refused."""
+    import tyro
+
+    from dmpo.config import ConfigError, TrainConfig
+
+    try:
+        tyro.cli(TrainConfig, args=list(flags), prog="dmpo train")
+    except SystemExit as error:  # tyro has printed what it refused
+        raise SystemExit(f"learning.py: error: `dmpo train` refuses the flags of {what}: "
+                         f"{shlex.join(flags)}") from error
+    except ConfigError as error:
+        raise SystemExit(f"learning.py: error: {what}: {error}") from error
+
+
+# ------------------------------------------------------------------------------------------- results
+
+
+def _git_commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + (" + uncommitted changes" if dirty else "")
+
+
+def _machine() -> str:
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, load average {load}"
+
+
+def collect(out: Path, manifest: Manifest, args: argparse.Namespace) -> tuple[list[RunResult], list[str]]:
+    """The finished runs under `out` that --tasks / --preset / --seeds name (all where not given), and
+    the names of those that are not finished or cannot be read."""
+    tasks = {task_folder(t) for t in args.tasks} if args.tasks else None
+    seeds = {f"seed-{s}" for s in args.seeds} if args.seeds is not None else None
+    results, unfinished = [], []
+    for preset, path in find_runs(out):
+        wanted = ((not args.preset or preset in args.preset)
+                  and (tasks is None or path.parent.name in tasks) and (seeds is None or path.name in seeds))
+        if not wanted:
+            continue
+        key = path.relative_to(out / "runs").as_posix()
+        status = json.loads((path / "run.json").read_text(encoding="utf-8")).get("status") \
+            if (path / "run.json").is_file() else "not started"
+        if status != "finished":
+            unfinished.append(f"{key} ({status})")
+            continue
+        try:
+            results.append(read_run(path, preset, wall_seconds=manifest.wall_seconds(key)))
+        except (OSError, ValueError) as error:
+            unfinished.append(f"{key} (unreadable: {error})")
+    order = [*(args.tasks or ()), *(t for c in manifest.data["commands"] for t in c.get("tasks", ()))]
+    presets = [*(args.preset or ()), *PRESETS]
+
+    def rank(result: RunResult) -> tuple:
+        task = order.index(result.task) if result.task in order else len(order)
+        preset = presets.index(result.config) if result.config in presets else len(presets)
+        return task, result.task, preset, result.config, result.seed
+
+    return sorted(results, key=rank), unfinished
+
+
+def _preamble(out: Path, manifest: Manifest, this_command: str, unfinished: Sequence[str],
+              resamples: int, eval_episodes: set[str], budgets: Sequence[int]) -> list[str]:
+    lines = [f"Learning benchmark `{out}`; runs launched by:", ""]
+    for entry in manifest.data["commands"]:
+        lines.append(f"- `{entry['command']}` — {entry['time']}, commit `{entry['commit']}`, "
+                     f"{entry['machine']}, --jobs {entry['jobs']}")
+    if not manifest.data["commands"]:
+        lines.append("- (no bench.json: runs not launched by this tool)")
+    lines += ["", f"Table written {now_iso()} by `{this_command}`, commit `{_git_commit()}`.", ""]
+    for entry in manifest.data["commands"][-1:]:
+        for preset, template in entry.get("train_commands", {}).items():
+            lines.append(f"- preset `{preset}`, each run: `{template}`")
+    lines += [
+        f"- final return: `return_mean` of the last evaluation ({' / '.join(sorted(eval_episodes))} "
+        "episode(s), policy mean); AUC: trapezoid area under the evaluation curve over actor steps divided "
+        "by its span (return units); CI: 95% percentile bootstrap of the mean over seeds "
+        f"({resamples:,} resamples, seed 0; with few seeds it only shows how far the seeds agree).",
+        "- env steps/s: environment steps over the wall time of the `dmpo train` processes (start-up, "
+        "compilation, evaluation and any work repeated after a resume included)"
+        + (f"; min / 100k steps is extrapolated from runs of {min(budgets):,} steps."
+           if min(budgets) < 100_000 else "."),
+    ]
+    if unfinished:
+        lines.append(f"- not finished, left out: {', '.join(unfinished)}")
+    return lines
+
+
+def write_outputs(out: Path, results: Sequence[RunResult], unfinished: Sequence[str], manifest: Manifest,
+                  resamples: int, this_command: str) -> None:
+    from dmpo.files import atomic_write_text
+
+    summaries = summarise(results, resamples=resamples)
+    write_results_csv(out / "results.csv", summaries)
+    write_runs_csv(out / "runs.csv", results)
+    groups: dict[str, dict[str, list[Path]]] = {}
+    for result in results:
+        groups.setdefault(result.task, {}).setdefault(result.config, []).append(result.run)
+    budgets = sorted({r.budget for r in results})
+    plot_benchmark(groups, out / "curves.png", resamples=resamples,
+                   title=f"{out.name}: {' / '.join(f'{b:,}' for b in budgets)} env steps per run")
+    episodes = set()
+    for result in results:
+        config = json.loads((result.run / "config.json").read_text(encoding="utf-8"))
+        episodes.add(str(config["config"].get("eval_episodes", "?")))
+    preamble = _preamble(out, manifest, this_command, unfinished, resamples, episodes, budgets)
+    text = results_markdown(summaries, preamble=preamble)
+    atomic_write_text(out / "results.md", text)
+    print(text)
+    print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'runs.csv'}, {out / 'curves.png'}")
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def _check_tasks(tasks: Sequence[str]) -> None:
+    """Makes each task once, so that a misspelt one fails here rather than in every run."""
+    from dmpo.envs import EnvError, make
+
+    # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
+    warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
+    for task in tasks:
+        try:
+            make(task, seed=0).close()
+        except EnvError as error:
+            raise SystemExit(f"learning.py: error: --tasks: {error}") from error
+
+
+def _summarise_folder(args: argparse.Namespace, manifest: Manifest, this_command: str) -> int:
+    results, unfinished = collect(args.out, manifest, args)
+    if not results:
+        print(f"learning.py: no finished run under {args.out / 'runs'} matches"
+              + (f" (unfinished: {', '.join(unfinished)})" if unfinished else ""), file=sys.stderr)
+        return 1
+    write_outputs(args.out, results, unfinished, manifest, args.resamples, this_command)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, extra = parse_args(argv)
+    this_command = shlex.join([_shown(sys.executable), _shown(__file__), *argv])
+    out: Path = args.out
+    if args.summarise_only:
+        if not (out / "runs").is_dir():
+            raise SystemExit(f"learning.py: error: --out {out} holds no runs/ folder to summarise")
+        return _summarise_folder(args, Manifest(out), this_command)
+    for preset in args.preset:  # bad flags fail here, before any run starts
+        what = f"--preset {preset}" + (" with the flags after `--`" if extra else "")
+        check_train_flags(train_settings(args.tasks[0], 0, args, preset, extra), what)
+    out.mkdir(parents=True, exist_ok=True)
+    with exclusive(out):
+        manifest = Manifest(out)
+        plan = [PlannedRun(preset, task, seed, train_settings(task, seed, args, preset, extra), out)
+                for preset in args.preset for task in args.tasks for seed in args.seeds]
+        actions, conflicts = [], []
+        for run in plan:
+            try:
+                actions.append(plan_action(run))
+            except ValueError as error:
+                conflicts.append(str(error))
+        if conflicts:
+            raise SystemExit("learning.py: error: --out already holds runs with other settings "
+                             "(use another --out):\n  " + "\n  ".join(conflicts))
+        todo = [(run, action) for run, action in zip(plan, actions, strict=True) if action != "skip"]
+        counts = {a: actions.count(a) for a in ("skip", "resume", "restart", "start") if a in actions}
+        print(f"{len(plan)} runs in {out}: " + ", ".join(f"{n} {a}" for a, n in counts.items()), flush=True)
+        if todo:
+            _check_tasks(sorted({run.task for run, _ in todo}))
+            templates = {p: shlex.join(["dmpo", "train", *train_settings("TASK", "SEED", args, p, extra)])
+                         for p in args.preset}
+            manifest.add_command({"time": now_iso(), "command": this_command, "commit": _git_commit(),
+                                  "machine": _machine(), "jobs": args.jobs, "tasks": args.tasks,
+                                  "presets": args.preset, "train_commands": templates})
+            # A job started in the background (`cmd &`) inherits an ignored SIGINT, and so would the runs:
+            # Python's own handler here makes Ctrl-C / kill -INT work and gives the runs the default one.
+            previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, raise_interrupt),
+                        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+            try:
+                failed = run_all(todo, args.jobs, manifest)
+            except KeyboardInterrupt:
+                print(f"stopped; the same command continues the benchmark: {this_command}", file=sys.stderr)
+                return 130
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
+        else:
+            failed = []
+        status = _summarise_folder(args, manifest, this_command)
+    if failed:
+        print(f"learning.py: {len(failed)} run(s) failed: {', '.join(r.key for r in failed)}; logs under "
+              f"{out / 'output'}", file=sys.stderr)
+        return 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""Learning-benchmark figures (bootstrap interval, normalised AUC), summaries read from run folders,
+the results files, and the launcher's planning, scheduling and argument errors — no training."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+
+from dmpo import benchmark_runs
+from dmpo.benchmark_runs import Manifest, PlannedRun, plan_action, run_all, set_aside
+from dmpo.benchmarking import (
+    bootstrap_ci,
+    normalised_auc,
+    plot_benchmark,
+    read_run,
+    results_markdown,
+    summarise,
+    write_results_csv,
+)
+from dmpo.config import DMPOConfig, TrainConfig, control_suite_preset
+from dmpo.runs import RunDirectory
+from dmpo.utils.logging import CSVLogger
+
+_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "learning.py"
+
+
+@pytest.fixture(scope="module")
+def learning():
+    spec = importlib.util.spec_from_file_location("benchmark_learning", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------------ bootstrap
+
+
+def slow_bootstrap(values, resamples, seed, confidence=0.95):
+    """Independent reference: draw each resample's indices, average the drawn values one by one."""
+    values = np.asarray(values, dtype=float)
+    draws = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
+    means = []
+    for row in draws:
+        total = 0.0
+        for index in row:
+            total += values[index]
+        means.append(total / len(row))
+    tail = (1 - confidence) / 2
+    return np.quantile(means, tail), np.quantile(means, 1 - tail)
+
+
+def test_bootstrap_matches_a_slow_reference():
+    values = [3.0, -1.5, 7.25, 0.5, 2.0]
+    low, high = bootstrap_ci(values, resamples=2000, seed=7)
+    ref_low, ref_high = slow_bootstrap(values, 2000, 7)
+    np.testing.assert_allclose([low, high], [ref_low, ref_high], rtol=1e-12)
+    low90, high90 = bootstrap_ci(values, resamples=2000, seed=7, confidence=0.9)
+    np.testing.assert_allclose([low90, high90], slow_bootstrap(values, 2000, 7, 0.9), rtol=1e-12)
+    assert low < low90 < high90 < high
+
+
+def test_bootstrap_columns_use_the_same_resamples_as_one_column():
+    samples = np.array([[1.0, 10.0, 5.0], [2.0, 30.0, 5.0], [4.0, 20.0, 5.0]])  # (seeds, points)
+    low, high = bootstrap_ci(samples, resamples=500, seed=3)
+    assert low.shape == high.shape == (3,)
+    for j in range(3):
+        column = bootstrap_ci(samples[:, j], resamples=500, seed=3)
+        np.testing.assert_allclose([low[j], high[j]], column, rtol=1e-12)
+    assert low[2] == high[2] == 5.0  # a point where every seed agrees
+
+
+def test_identical_seeds_give_a_zero_width_interval_and_one_seed_its_value():
+    assert tuple(map(float, bootstrap_ci([4.2, 4.2, 4.2]))) == (pytest.approx(4.2), pytest.approx(4.2))
+    assert tuple(map(float, bootstrap_ci([-3.0]))) == (-3.0, -3.0)
+
+
+def test_interval_holds_the_mean_and_stays_within_the_seeds():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        values = rng.normal(size=rng.integers(2, 8)) * 100
+        low, high = bootstrap_ci(values, resamples=1000, seed=1)
+        assert values.min() <= low <= values.mean() <= high <= values.max()
+
+
+def test_coverage_is_roughly_right_on_normal_data():
+    rng = np.random.default_rng(12345)
+    trials, hits = 300, 0
+    for trial in range(trials):
+        sample = rng.normal(5.0, 2.0, size=25)
+        low, high = bootstrap_ci(sample, resamples=2000, seed=trial)
+        hits += bool(low <= 5.0 <= high)
+    assert 0.88 <= hits / trials <= 0.99  # percentile bootstrap at n=25: a little under 95%
+
+
+@pytest.mark.parametrize("values, message", [([], "at least one sample"), ([1.0, np.nan], "finite")])
+def test_bootstrap_rejects_bad_samples(values, message):
+    with pytest.raises(ValueError, match=message):
+        bootstrap_ci(values)
+
+
+def test_bootstrap_rejects_bad_options():
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_ci([1.0, 2.0], confidence=95)
+    with pytest.raises(ValueError, match="resamples"):
+        bootstrap_ci([1.0, 2.0], resamples=0)
+
+
+# ------------------------------------------------------------------------------------------------ AUC
+
+
+def test_auc_of_a_line_is_its_midpoint_value_on_any_grid():
+    x = np.array([1000.0, 2500.0, 2600.0, 7000.0, 10_000.0])  # uneven spacing
+    y = 3.0 + 0.02 * x
+    assert normalised_auc(x, y) == pytest.approx(3.0 + 0.02 * (1000 + 10_000) / 2, rel=1e-12)
+
+
+def test_auc_of_a_piecewise_linear_curve():
+    # 0 → 100 over [0, 10], then flat at 100 over [10, 30]: area 500 + 2000 over a span of 30.
+    assert normalised_auc([0, 10, 30], [0, 100, 100]) == pytest.approx(2500 / 30)
+    assert normalised_auc([5.0], [42.0]) == 42.0
+    assert normalised_auc([1, 1], [2.0, 4.0]) == 3.0  # no span: the mean
+
+
+def test_auc_rejects_bad_curves():
+    with pytest.raises(ValueError, match="ascending"):
+        normalised_auc([2, 1], [0, 0])
+    with pytest.raises(ValueError, match="equal-length"):
+        normalised_auc([1, 2], [0])
+
+
+# --------------------------------------------------------------------------------- synthetic run folders
+
+
+def make_run(path: Path, *, task: str = "dmc:cartpole-swingup", seed: int = 0, steps: int = 3000,
+             returns=(10.0, 20.0, 40.0), every: int = 1000, status: str = "finished",
+             seconds: float | None = 60.0, command: list[str] | None = None) -> Path:
+    run = RunDirectory.create(path, TrainConfig(env=task, seed=seed, steps=steps), seed=seed,
+                              command=command or ["cli.py", "train", "--env", task])
+    logger = CSVLogger(run.path, "evaluator")
+    for i, value in enumerate(returns):
+        logger.write({"actor_steps": every * (i + 1), "evaluator_episodes": i + 1, "return_mean": value})
+    logger.close()
+    run.set_status(status)
+    if seconds is not None:
+        run.update_info(start_time="2026-12-03T08:00:00+00:00",
+                        end_time=f"2026-12-03T08:{int(seconds) // 60:02d}:{int(seconds) % 60:02d}+00:00")
+    return run.path
+
+
+def test_read_run_takes_the_last_evaluation_and_the_normalised_area(tmp_path):
+    path = make_run(tmp_path / "r", seed=4, returns=(10.0, 20.0, 40.0), seconds=90)
+    result = read_run(path, "default")
+    assert (result.task, result.config, result.seed) == ("dmc:cartpole-swingup", "default", 4)
+    assert result.budget == 3000
+    assert result.final_return == 40.0
+    assert result.auc_return == pytest.approx((15.0 * 1000 + 30.0 * 1000) / 2000)
+    assert (result.env_steps, result.evaluations, result.wall_seconds) == (3000, 3, 90.0)
+    assert result.env_steps_per_second == pytest.approx(3000 / 90)
+    assert read_run(path, "default", wall_seconds=30.0).wall_seconds == 30.0
+
+
+def test_wall_time_of_a_resumed_run_is_unknown_from_run_json(tmp_path):
+    path = make_run(tmp_path / "r")
+    RunDirectory.open(path).update_info(resumes=[{"time": "x", "command": []}])
+    assert read_run(path, "default").wall_seconds is None
+
+
+def test_summarise_groups_by_task_and_config(tmp_path):
+    finals = {0: 100.0, 1: 300.0, 2: 200.0}
+    results = [read_run(make_run(tmp_path / f"a{s}", seed=s, returns=(0.0, v)), "default")
+               for s, v in finals.items()]
+    untimed = make_run(tmp_path / "b0", seed=0, returns=(5.0, 5.0))
+    RunDirectory.open(untimed).update_info(resumes=[{"time": "x", "command": []}])  # wall time unknown
+    results.append(read_run(untimed, "reference"))
+    (default, reference) = summarise(results, resamples=1000, seed=0)
+    assert (default.config, default.seeds) == ("default", (0, 1, 2))
+    assert default.final_returns == (100.0, 300.0, 200.0)
+    assert default.final_mean == pytest.approx(200.0)
+    # With 3 seeds, 1/27 of the resamples repeat one seed (more than 2.5%): the interval is min to max.
+    assert default.final_ci == (100.0, 300.0)
+    assert default.final_ci == tuple(map(float, bootstrap_ci([100.0, 300.0, 200.0], resamples=1000)))
+    assert default.auc_mean == pytest.approx(100.0)  # each curve's area is half its final value
+    assert default.env_steps_per_second == pytest.approx(3 * 2000 / (3 * 60))
+    assert default.minutes_per_100k_steps == pytest.approx(100_000 / (2000 / 60) / 60)
+    assert reference.final_ci == (5.0, 5.0) and reference.env_steps_per_second is None
+    with pytest.raises(ValueError, match="seed listed twice"):
+        summarise([results[0], results[0]])
+
+
+def test_results_files_and_figure(tmp_path):
+    results = [read_run(make_run(tmp_path / f"{task}-{config}-{s}", task=task, seed=s,
+                                 returns=(s, 2.0 + s, 5.0)), config)
+               for task in ("dmc:cartpole-swingup", "dmc:walker-walk") for config in ("default", "reference")
+               for s in (0, 1)]
+    summaries = summarise(results, resamples=500)
+    write_results_csv(tmp_path / "results.csv", summaries)
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert rows[0].startswith("task,config,n_seeds,seeds,budget,final_mean,final_ci_low")
+    assert rows[1].startswith("dmc:cartpole-swingup,default,2,0 1,3000,5.0000,5.0000,5.0000")
+    text = results_markdown(summaries, preamble=["`the command`"])
+    assert text.startswith("`the command`\n\n| task | config |")
+    assert "| dmc:walker-walk | reference | 2 (0, 1) | **5.0** | [5.0, 5.0] |" in text
+    groups = {"dmc:cartpole-swingup": {"default": [r.run for r in results[:2]]},
+              "dmc:walker-walk": {"default": [r.run for r in results[4:6]], "reference": [results[6].run]}}
+    image = mpimg.imread(plot_benchmark(groups, tmp_path / "fig" / "curves.png", resamples=200))
+    assert image.shape[:2] == (440, 1012)  # two panels: 9.2 x 4.0 inches at 110 dpi
+    assert image[..., :3].std() > 0.05
+    with pytest.raises(FileNotFoundError, match="evaluator"):
+        plot_benchmark({"t": {"c": [tmp_path]}}, tmp_path / "bad.png")
+
+
+# ------------------------------------------------------------------------------------------- planning
+
+SETTINGS = ("--env", "dmc:cartpole-swingup", "--seed", "0", "--steps", "3000", "--eval-every", "1500",
+            "--eval-episodes", "1")
+
+
+def planned(out: Path, settings=SETTINGS, seed: int = 0) -> PlannedRun:
+    return PlannedRun("default", "dmc:cartpole-swingup", seed, tuple(settings), out)
+
+
+def recorded_command(run: PlannedRun) -> list[str]:
+    return ["/x/dmpo/cli.py", "train", *run.settings, "--run-dir", str(run.path), "--no-progress"]
+
+
+def test_plan_actions(tmp_path):
+    run = planned(tmp_path)
+    assert run.path == tmp_path / "runs" / "default" / "dmc-cartpole-swingup" / "seed-0"
+    assert plan_action(run) == "start"
+    make_run(run.path, command=recorded_command(run))
+    assert plan_action(run) == "skip"
+    RunDirectory.open(run.path).set_status("interrupted")
+    assert plan_action(run) == "restart"  # no checkpoint to resume from
+    (run.path / "checkpoints" / "step_000000001000").mkdir(parents=True)
+    (run.path / "checkpoints" / "step_000000001000" / "state.json").write_text("{}")
+    assert plan_action(run) == "resume"
+    other = planned(tmp_path, settings=[*SETTINGS[:5], "100000", *SETTINGS[6:]])
+    with pytest.raises(ValueError, match="seed-0 was made by `dmpo train .*--steps 3000"):
+        plan_action(other)
+
+
+def test_set_aside_keeps_the_folder_and_its_timing(tmp_path):
+    run = planned(tmp_path)
+    run.path.mkdir(parents=True)
+    (run.path / "note.txt").write_text("kept")
+    manifest = Manifest(tmp_path)
+    manifest.add_attempt(run.key, {"seconds": 5.0})
+    assert plan_action(run) == "restart"
+    aside = set_aside(run, manifest)
+    assert aside.name == "seed-0.incomplete-1" and (aside / "note.txt").read_text() == "kept"
+    assert not run.path.exists() and manifest.wall_seconds(run.key) is None
+    assert Manifest(tmp_path).wall_seconds(f"{run.key}.incomplete-1") == 5.0
+
+
+def test_run_all_runs_jobs_at_once_and_reports_failures(tmp_path, monkeypatch):
+    runs = [planned(tmp_path, seed=s) for s in range(3)]
+    exits = {0: 0, 1: 3, 2: 0}
+    def command(run, action):
+        return [sys.executable, "-c", f"print('run {run.seed}'); raise SystemExit({exits[run.seed]})"]
+
+    monkeypatch.setattr(benchmark_runs, "_command", command)
+    manifest = Manifest(tmp_path)
+    failed = run_all([(r, "start") for r in runs], jobs=2, manifest=manifest)
+    assert failed == [runs[1]]
+    saved = Manifest(tmp_path).data["runs"]
+    assert [saved[r.key]["attempts"][0]["returncode"] for r in runs] == [0, 3, 0]
+    assert all(saved[r.key]["attempts"][0]["jobs"] == 2 for r in runs)
+    assert "run 2" in runs[2].log.read_text()
+
+
+# ---------------------------------------------------------------------------------------- the script
+
+
+def test_presets_are_dmpo_trains_default_and_the_reference(learning):
+    import tyro
+
+    def agent(preset):
+        return tyro.cli(TrainConfig, args=list(learning.PRESETS[preset])).agent
+
+    assert agent("default") == control_suite_preset()
+    assert agent("reference") == DMPOConfig()
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--preset", "fast"], "--preset: unknown preset"),
+    (["--out", "o"], "--tasks: give at least one task"),
+    (["--out", "o", "--tasks", "cartpole"], "--tasks: ['cartpole'] are not task names"),
+    (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--seeds", "1", "1"], "--seeds must be distinct"),
+    (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--jobs", "0"], "--jobs must be a positive"),
+    (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--", "--steps=5"], "may not set ['--steps=5']"),
+])
+def test_argument_errors_name_the_option(learning, capsys, tmp_path, monkeypatch, argv, option):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as error:
+        learning.main(argv)
+    assert error.value.code == 2
+    assert option in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing was created
+
+
+def test_bad_train_flags_fail_before_anything_starts(learning, tmp_path):
+    with pytest.raises(SystemExit, match="refuses the flags of --preset default with the flags after"):
+        learning.main(["--out", str(tmp_path / "o"), "--tasks", "dmc:cartpole-swingup", "--",
+                       "--agent.batch-size", "0"])
+    assert not (tmp_path / "o").exists()
+
+
+def fake_benchmark(learning, out: Path, seeds=(0, 1)) -> list[str]:
+    argv = ["--out", str(out), "--tasks", "dmc:cartpole-swingup", "--steps", "3000", "--eval-every", "1500",
+            "--eval-episodes", "1", "--seeds", *map(str, seeds)]
+    args, extra = learning.parse_args(argv)
+    for seed in seeds:
+        run = PlannedRun("default", "dmc:cartpole-swingup", seed,
+                         learning.train_settings("dmc:cartpole-swingup", seed, args, "default", extra), out)
+        make_run(run.path, seed=seed, returns=(10.0, 50.0 + seed), every=1500, command=recorded_command(run))
+    return argv
+
+
+def test_finished_runs_are_skipped_and_summarised(learning, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "bench"
+    argv = fake_benchmark(learning, out)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was started again")
+
+    monkeypatch.setattr(learning, "run_all", no_training)
+    assert learning.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"2 runs in {out}: 2 skip" in printed
+    table = (out / "results.md").read_text()
+    assert "| dmc:cartpole-swingup | default | 2 (0, 1) | **50.5** |" in table
+    assert "benchmarks/learning.py --out" in table  # the command that wrote the table
+    assert (out / "results.csv").read_text().count("\n") == 2
+    assert (out / "runs.csv").read_text().count("\n") == 3
+    assert mpimg.imread(out / "curves.png").shape[2] in (3, 4)
+    (out / "results.md").unlink()
+    assert learning.main(["--out", str(out), "--summarise-only", "--seeds", "1"]) == 0
+    assert "| 1 (1) | **51.0** |" in (out / "results.md").read_text()
+    make_run(out / "runs" / "reference" / "dmc-cartpole-swingup" / "seed-0", status="running")
+    assert learning.main(["--out", str(out), "--summarise-only"]) == 0
+    table = (out / "results.md").read_text()
+    assert "not finished, left out: reference/dmc-cartpole-swingup/seed-0 (running)" in table
+    assert "| reference |" not in table
+
+
+def test_a_folder_with_other_settings_is_refused(learning, tmp_path, monkeypatch):
+    out = tmp_path / "bench"
+    argv = fake_benchmark(learning, out, seeds=(0,))
+    monkeypatch.setattr(learning, "run_all", lambda *a, **k: pytest.fail("started a run"))
+    with pytest.raises(SystemExit, match="(?s)other settings.*seed-0 was made by"):
+        learning.main([*argv, "--", "--agent.batch-size", "128"])
+
+
+def test_an_interrupt_passes_one_sigint_to_each_run_and_waits_for_it(tmp_path, monkeypatch):
+    run = planned(tmp_path)
+    ready, stopped = tmp_path / "ready", tmp_path / "stopped"
+    child = (f"import pathlib, signal, time\n"
+             f"signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+             f"try:\n    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(60)\n"
+             f"except KeyboardInterrupt:\n    pathlib.Path({str(stopped)!r}).touch()\n"
+             f"    raise SystemExit(5)\n")
+    monkeypatch.setattr(benchmark_runs, "_command", lambda run, action: [sys.executable, "-c", child])
+    real_sleep = benchmark_runs.time.sleep
+    pressed = []
+
+    def ctrl_c_once_running(seconds):  # stands for the user's Ctrl-C, once the run is up
+        if pressed:  # later sleeps (subprocess's wait loop among them) are real
+            return real_sleep(seconds)
+        for _ in range(600):
+            if ready.exists():
+                pressed.append(True)
+                raise KeyboardInterrupt
+            real_sleep(0.05)
+        pytest.fail("the run never started")
+
+    monkeypatch.setattr(benchmark_runs.time, "sleep", ctrl_c_once_running)
+    monkeypatch.setattr(benchmark_runs, "_INTERRUPT_WAIT_S", 20)  # a run never signalled fails in 20 s
+    manifest = Manifest(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_all([(run, "start")], jobs=1, manifest=manifest)
+    assert stopped.exists()  # the run saw SIGINT and could clean up (a real one writes a checkpoint)
+    assert Manifest(tmp_path).data["runs"][run.key]["attempts"][0]["returncode"] == 5

@@ -1,0 +1,78 @@
+"""The private Ray cluster (dmpo.distributed.cluster): every listening socket is on the loopback
+interface, and Ray's token authentication is on, so other users of the machine cannot connect."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+ray = pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+
+from dmpo.distributed.cluster import start_local_cluster  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+_CONNECT = "import ray, sys; ray.init(address=sys.argv[1]); print('CONNECTED', ray.get(ray.put(41)) + 1)"
+
+
+def _is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 from a dual-stack socket
+    return (mapped or address).is_loopback
+
+
+def _listening_sockets(processes) -> list[tuple[int, str, str, int]]:
+    found = []
+    for process in processes:
+        try:
+            connections = process.net_connections(kind="inet")
+            name = process.name()
+        except psutil.Error:  # exited meanwhile
+            continue
+        found.extend((process.pid, name, c.laddr.ip, c.laddr.port)
+                     for c in connections if c.status == psutil.CONN_LISTEN)
+    return found
+
+
+def _connect(address: str, **auth: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    # Resolve 127.0.0.1 as given (see cluster.py), and give up quickly when refused.
+    env.update(auth, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_gcs_rpc_server_reconnect_timeout_s="3")
+    return subprocess.run([sys.executable, "-c", _CONNECT, address], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_private_cluster_listens_on_loopback_only_and_requires_its_token():
+    assert not ray.is_initialized()
+    info = start_local_cluster(num_cpus=1)
+    try:
+        @ray.remote
+        def plus_one(x):
+            return x + 1
+
+        assert ray.get(plus_one.remote(1)) == 2  # a worker process runs, and has opened its port
+        me = psutil.Process()
+        processes = [me, *me.children(recursive=True)]
+        names = {p.name() for p in processes if p.is_running()}
+        assert {"gcs_server", "raylet"} <= names, names
+        sockets = _listening_sockets(processes)
+        assert any(name == "gcs_server" for _, name, _, _ in sockets), sockets
+        exposed = [s for s in sockets if not _is_loopback(s[2])]
+        assert not exposed, f"listening beyond 127.0.0.1: {exposed}"
+
+        token = os.environ["RAY_AUTH_TOKEN"]
+        assert os.environ["RAY_AUTH_MODE"] == "token" and len(token) == 64
+        refused = _connect(info.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
+        assert refused.returncode != 0 and "CONNECTED" not in refused.stdout
+        assert token not in refused.stdout + refused.stderr  # the cluster does not echo its token
+        accepted = _connect(info.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+        assert "CONNECTED 42" in accepted.stdout, accepted.stderr[-2000:]
+    finally:
+        ray.shutdown(wait_for_processes=True)

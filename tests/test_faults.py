@@ -1,0 +1,374 @@
+"""Fault injection: kill -9 at random moments across checkpoint writes, a corrupt newest checkpoint,
+a failing learner thread, and killed nodes of the distributed program.
+
+Every kill time comes from a seeded RNG and is printed (`pytest -s` shows them); the trial counts and
+outcomes are recorded in BENCHMARKS.md ("Reliability"). Everything runs in subprocesses, so that a
+hang fails a test at its timeout instead of stopping the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dmpo.checkpointing import Checkpointer, verify_checkpoint_file
+from dmpo.replay import Table
+from dmpo.runners.checkpoints import TrainingCheckpoints
+
+SEED = 20261203
+TINY = ["--agent.networks.policy-layer-sizes", "8", "--agent.networks.critic-layer-sizes", "8",
+        "--agent.networks.num-atoms", "5", "--agent.learner.num-samples", "2", "--agent.batch-size", "16",
+        "--agent.min-replay-size", "100", "--agent.max-replay-size", "2000",
+        "--agent.samples-per-insert", "16"]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
+           "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1",
+           "JAX_COMPILATION_CACHE_DIR": os.environ.get(
+               "DMPO_TEST_JAX_CACHE", str(Path.home() / ".cache" / "dmpo-test-xla")),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5"}
+    env.update(extra)
+    return env
+
+
+def wait_for(condition, what: str, timeout: float = 120.0, period: float = 0.005):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(period)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def in_progress(directory: Path) -> bool:
+    """A checkpoint write was under way: its temporary folder or file exists."""
+    return directory.is_dir() and (any(directory.glob(".step_*")) or any(directory.glob("*/learner/.*.tmp")))
+
+
+# ------------------------------------------------------------ kill -9 across checkpoint writes (20+)
+
+# A writer that saves what the trainer saves (a learner pytree through Checkpointer, a replay Table,
+# state.json) every 100 "steps", continuing from the newest checkpoint, with contents that are a
+# function of the step, so that what survives a kill can be checked exactly.
+_WRITER = """
+import sys
+import numpy as np
+from dm_env import specs
+from dmpo.replay import MinSize, Table
+from dmpo.runners.checkpoints import TrainingCheckpoints
+
+def learner_state(step):
+    rng = np.random.default_rng(step)
+    return {"w": rng.normal(size=(256, 256)).astype(np.float32), "step": np.asarray(step, np.int64)}
+
+checkpoints = TrainingCheckpoints(sys.argv[1], keep=2)
+table = Table({"x": specs.Array((64,), np.float32)}, 4096, MinSize(1), seed=0)
+latest = checkpoints.latest()
+step = 0
+if latest is not None:
+    step = checkpoints.load(latest, learner_state(0))[1]["env_steps"]
+    table.load(latest / "replay.npz")
+print("ready", step, flush=True)
+while True:
+    for k in range(100):
+        table.insert({"x": np.full((64,), step + k, np.float32)})
+    step += 100
+    checkpoints.save(step, learner_state(step), {"env_steps": step, "learner_steps": step // 2}, table)
+    print("saved", step, flush=True)
+"""
+
+
+def expected_learner_state(step: int) -> dict:
+    rng = np.random.default_rng(step)
+    return {"w": rng.normal(size=(256, 256)).astype(np.float32), "step": np.asarray(step, np.int64)}
+
+
+def check_checkpoint(path: Path) -> int:
+    learner, state, replay = TrainingCheckpoints.load(path, expected_learner_state(0))
+    step = state["env_steps"]
+    want = expected_learner_state(step)
+    np.testing.assert_array_equal(learner["w"], want["w"])
+    assert int(learner["step"]) == step
+    stats = Table.restore(replay).stats()
+    assert stats.inserts == step and stats.size == min(step, 4096)
+    items = Table.restore(replay).get(np.arange(max(0, step - 4096), step))
+    np.testing.assert_array_equal(items["x"][:, 0], np.arange(max(0, step - 4096), step, dtype=np.float32))
+    return step
+
+
+def kill_writer(directory: Path, delay: float) -> list[str]:
+    """Starts the writer, kills it with SIGKILL `delay` seconds after its first save; its output."""
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(directory)], stdout=subprocess.PIPE,
+                              text=True, env=child_env())
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(writer.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any(line.startswith("saved") for line in lines) or writer.poll() is not None,
+                 "the writer's first save")
+        assert writer.poll() is None, "".join(lines)
+        time.sleep(delay)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(30)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    reader.join(10)
+    return lines
+
+
+def test_kill_9_across_checkpoint_writes_always_leaves_an_exact_checkpoint(tmp_path):
+    rng = np.random.default_rng(SEED)
+    directory = tmp_path / "checkpoints"
+    trials, mid_write, last_announced = 24, 0, 0
+    for trial in range(trials):
+        delay = float(rng.uniform(0.0, 0.25))  # a few saves long: lands inside and between writes
+        lines = kill_writer(directory, delay)
+        hit = in_progress(directory)
+        mid_write += hit
+        announced = [int(line.split()[1]) for line in lines if line.startswith("saved")]
+        last_announced = max([last_announced, *announced])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a kill must never leave a checkpoint that fails to verify
+            checkpoints = TrainingCheckpoints(directory, keep=2)  # removes the half-written folder
+            latest = checkpoints.latest()
+        assert latest is not None
+        step = check_checkpoint(latest)
+        assert step >= last_announced  # no completed checkpoint was lost
+        # keep + 1 when killed between the rename of a new one and the pruning of the oldest
+        assert len(checkpoints.paths()) <= 3 and not in_progress(directory)
+        print(f"trial {trial}: kill after {delay * 1000:.0f} ms, mid-write {hit}, latest step {step}")
+    print(f"kill -9 trials: {trials}, mid-write {mid_write}, all left an exact loadable checkpoint")
+    assert mid_write >= 1, "no kill landed inside a checkpoint write"
+
+
+# ------------------------------------------------- kill -9 of `dmpo train`, then an exact resume
+
+TRAIN = [sys.executable, "-m", "dmpo.cli", "train", "--env", "gym:Pendulum-v1", "--steps", "1000",
+         "--eval-every", "0", "--checkpoint-every", "200", "--keep-checkpoints", "2", "--no-progress", *TINY]
+
+
+def final_learner_digest(run: Path) -> tuple[int, str]:
+    latest = TrainingCheckpoints(run / "checkpoints").latest()
+    header = verify_checkpoint_file(Checkpointer(latest / "learner").latest())
+    return header["metadata"]["env_steps"], header["payload_sha256"]
+
+
+def kill_trainer(command: list[str], checkpoints: Path, saves: int, delay: float) -> None:
+    """Starts `dmpo train`, kills it with SIGKILL `delay` seconds into its `saves`-th checkpoint write."""
+    trainer = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=child_env())
+    try:
+        for seen in range(1, saves + 1):
+            wait_for(lambda: in_progress(checkpoints) or trainer.poll() is not None, "a checkpoint write",
+                     period=0.0005)
+            if seen < saves:
+                wait_for(lambda: not in_progress(checkpoints) or trainer.poll() is not None,
+                         "the write's end")
+        assert trainer.poll() is None, trainer.stderr.read()[-3000:]
+        time.sleep(delay)
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(30)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+
+
+def test_kill_9_of_the_trainer_then_resume_repeats_the_uninterrupted_run(tmp_path):
+    rng = np.random.default_rng(SEED + 1)
+    reference = subprocess.run([*TRAIN, "--run-dir", str(tmp_path / "reference")], capture_output=True,
+                               text=True, timeout=600, env=child_env())
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    run = tmp_path / "killed"
+    checkpoints = run / "checkpoints"
+    command = [*TRAIN, "--run-dir", str(run)]
+    outcomes = []
+    trial = -1
+    while (trial := trial + 1) < 4 or (len(TrainingCheckpoints(checkpoints).paths()) < 2 and trial < 10):
+        saves = int(rng.integers(1, 3))  # kill inside the 1st or 2nd checkpoint write of this launch
+        delay = float(rng.uniform(0.0, 0.002))  # the trainer's tiny checkpoints take a few ms to write
+        kill_trainer(command, checkpoints, saves, delay)
+        hit = in_progress(checkpoints)
+        latest = TrainingCheckpoints(checkpoints).latest()
+        outcomes.append((trial, saves, round(delay * 1000, 1), hit, latest.name if latest else None))
+        print(f"trainer trial {trial}: killed {delay * 1000:.1f} ms into write {saves}, mid-write {hit}, "
+              f"latest {latest.name if latest else None}")
+        if latest is not None:
+            command = [*TRAIN[:4], "--resume", str(run), "--no-progress"]
+        else:  # killed inside its first write: nothing to resume, so start the run again
+            shutil.rmtree(run)
+    # The newest checkpoint is damaged on top: the resume must fall back and still end exactly.
+    assert len(TrainingCheckpoints(checkpoints).paths()) >= 2, outcomes
+    newest = TrainingCheckpoints(checkpoints).paths()[-1]
+    (learner_file,) = (newest / "learner").glob("*.ckpt")
+    learner_file.write_bytes(learner_file.read_bytes()[:-7])
+    resumed = subprocess.run([*TRAIN[:4], "--resume", str(run), "--no-progress"], capture_output=True,
+                             text=True, timeout=600, env=child_env())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"skipping unusable checkpoint {newest}" in " ".join(resumed.stderr.split())
+    assert "finished: 1000 env steps" in resumed.stdout
+    assert final_learner_digest(run) == final_learner_digest(tmp_path / "reference")
+    print("trainer kill trials:", outcomes)
+
+
+# ------------------------------------------------------------------------- a failing learner thread
+
+_FAILING_LEARNER = """
+import sys
+from dmpo.learning import learner
+real_step = learner.Learner.step
+calls = [0]
+
+def failing_step(self):
+    calls[0] += 1
+    if calls[0] == 40:
+        raise FloatingPointError("injected learner failure")
+    return real_step(self)
+
+learner.Learner.step = failing_step
+from dmpo.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_failing_learner_thread_stops_the_run_with_its_error_and_keeps_the_checkpoints(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--env", "gym:Pendulum-v1", "--steps", "100000", "--eval-every", "0",
+            "--checkpoint-every", "200", "--overlap-learner", "--no-progress", *TINY, "--run-dir", str(run)]
+    try:
+        result = subprocess.run([sys.executable, "-c", _FAILING_LEARNER, *args], capture_output=True,
+                                text=True, timeout=300, env=child_env())
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"the run hung after its learner thread failed: {error}")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "injected learner failure" in output, output[-3000:]
+    import json
+
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        latest = TrainingCheckpoints(run / "checkpoints").latest()
+    if latest is not None:  # whatever was saved before the failure still verifies
+        verify_checkpoint_file(Checkpointer(latest / "learner").latest())
+
+
+# ------------------------------------------------- the distributed program: killed nodes, no leftovers
+
+psutil = pytest.importorskip("psutil")
+
+
+def node_processes(root: psutil.Process, title: str) -> list[psutil.Process]:
+    """Descendants of `root` whose Ray process title names the node class `title`."""
+    found = []
+    for process in root.children(recursive=True):
+        try:
+            if any(part.startswith(f"ray::{title}") for part in process.cmdline()[:1]):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def session_processes(session_dirs: set[str]) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any(d in part for d in session_dirs for part in process.info["cmdline"] or ()):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def alive(processes) -> list[psutil.Process]:
+    out = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                out.append(process)
+        except psutil.Error:
+            continue
+    return out
+
+
+def run_and_kill(tmp_path: Path, kills: list[str]) -> tuple[int, str, list[psutil.Process]]:
+    """`dmpo train --actors 1` on its own cluster; SIGKILLs the node processes named in `kills`, in
+    order (an actor is waited for to be replaced before the next kill); returns the driver's exit
+    code, its output and every process of its cluster still alive afterwards."""
+    run = tmp_path / "run"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dmpo.cli", "train", "--actors", "1", "--env", "gym:Pendulum-v1",
+         "--steps", "10000000", "--eval-episodes", "1", "--no-progress", *TINY, "--run-dir", str(run)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env())
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(driver.stdout.readline, "")), daemon=True)
+    reader.start()
+    root = psutil.Process(driver.pid)
+    seen: list[psutil.Process] = []
+    try:
+        def nodes_up() -> bool:
+            assert driver.poll() is None, "".join(lines)[-3000:]
+            return all(node_processes(root, t) for t in ("ActorNode", "LearnerNode", "ReplayService"))
+
+        wait_for(nodes_up, "the nodes to start", timeout=240, period=0.25)
+        learner_log = run / "logs" / "learner" / "logs.csv"
+        wait_for(lambda: learner_log.is_file() and len(learner_log.read_text().splitlines()) >= 2,
+                 "the learner to step", timeout=240, period=0.25)
+        seen = root.children(recursive=True)
+        sessions = {part.split("--session-dir=", 1)[1] for p in seen for part in _cmdline(p)
+                    if part.startswith("--session-dir=")}
+        names = {name for p in alive(seen) for name in [p.name()]}
+        assert {"gcs_server", "raylet"} <= names and sessions, names  # the check below sees the cluster
+        for title in kills:
+            (victim,) = node_processes(root, title)[:1]
+            victim.kill()
+            print(f"killed {title} (pid {victim.pid})")
+            if title == "ActorNode":
+                wait_for(lambda v=victim: any(p.pid != v.pid for p in node_processes(root, "ActorNode")),
+                         "a replacement actor", timeout=240, period=0.25)
+                seen += root.children(recursive=True)
+        driver.wait(timeout=180)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(30)
+    reader.join(10)
+    time.sleep(1.0)  # processes told to exit may still be on their way out
+    left = alive({p.pid: p for p in [*seen, *session_processes(sessions)]}.values())
+    return driver.returncode, "".join(lines), left
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+@pytest.mark.ray
+def test_killed_actor_then_killed_replay_node_stop_the_program_and_leave_no_process(tmp_path):
+    code, output, left = run_and_kill(tmp_path, ["ActorNode", "ReplayService"])
+    # The learner, sampling from the dead replay node, may be the first to notice and be named.
+    assert code == 1 and "node failed" in output and "dmpo train --resume" in output, output[-3000:]
+    assert not left, [(p.pid, _cmdline(p)) for p in left]
+
+
+@pytest.mark.ray
+def test_killed_learner_stops_the_program_and_leaves_no_process(tmp_path):
+    code, output, left = run_and_kill(tmp_path, ["LearnerNode"])
+    assert code == 1 and "learner node failed" in output, output[-3000:]
+    assert not left, [(p.pid, _cmdline(p)) for p in left]
+
