@@ -39,7 +39,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
 
-from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig  # noqa: E402
+from dmpo.builder import DMPOBuilder  # noqa: E402
+from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
 from dmpo.distributed import DistributedProgram, ProgramOptions, start_local_cluster  # noqa: E402
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
 from dmpo.distributed.variables import VariablePublisher  # noqa: E402
@@ -63,11 +64,11 @@ def _counts_and_stats(program: DistributedProgram) -> tuple[Any, Any, Any, Any]:
 
 def measure_throughput(env: str, num_actors: int, limiter: str, seconds: float) -> dict[str, float]:
     config = SMALL if limiter == "ratio" else dataclasses.replace(SMALL, samples_per_insert=None)
-    options = ProgramOptions(num_actors=num_actors, evaluator_period_seconds=None,
-                             checkpoint_period_seconds=1e9, variable_update_period=1000, log_time_delta=10.0)
+    options = ProgramOptions(variable_update_period=1000, log_time_delta=10.0)
+    run = TrainConfig(env=env, steps=10**9, actors=num_actors, eval_every=0, checkpoint_every=0, seed=0,
+                      agent=dataclasses.replace(config, checkpoint=False))
     with tempfile.TemporaryDirectory() as run_dir:
-        program = DistributedProgram(dataclasses.replace(config, checkpoint=False), env, run_dir=run_dir,
-                                     seed=0, options=options)
+        program = DistributedProgram(run, run_dir=run_dir, options=options)
         program.start()
         try:
             deadline = time.monotonic() + 600
@@ -161,7 +162,8 @@ def measure_call_costs(env: str, repeats: int = 30) -> dict[str, float]:
         ray.kill(holder)
 
     signature = transition_signature(env_spec)
-    replay = make_replay_service(signature, ReplayServiceConfig(max_size=100_000, rate_limiter=MinSize(1)))
+    builder = DMPOBuilder(dataclasses.replace(SMALL, max_replay_size=100_000), env_spec)
+    replay = make_replay_service(builder, ReplayServiceConfig(rate_limiter=MinSize(1)))
 
     def batch(count: int) -> Any:
         return jax.tree_util.tree_map(lambda spec: np.zeros((count, *spec.shape), spec.dtype), signature)

@@ -166,7 +166,7 @@ def test_resume_after_kill_continues_exactly(tmp_path):
     state_full, meta_full, _ = TrainingCheckpoints.load(full.latest(), template)
     state_resumed, meta_resumed, _ = TrainingCheckpoints.load(resumed.latest(), template)
     def counts(meta):  # wall-clock time is the one count that legitimately differs
-        return {k: v for k, v in meta["counters"]["counts"].items() if "walltime" not in k}
+        return {k: v for k, v in meta["counts"].items() if "walltime" not in k}
 
     assert counts(meta_full) == counts(meta_resumed)
     assert meta_full["num_actions"] == meta_resumed["num_actions"]
@@ -197,3 +197,82 @@ def test_overlapped_learner_holds_the_ratio_and_stops_cleanly(tmp_path):
     import threading
 
     assert not any(t.name == "dmpo-learner" for t in threading.enumerate())
+
+
+def test_a_failed_overlapped_learner_stops_acting_and_raises_its_error():
+    """Regression (issue 11.1): the learner thread's error used to be stored while the acting thread
+    blocked forever in Table.insert once the ratio limiter stopped inserts."""
+    import threading
+
+    env = FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=500, seed=1)
+    config = tiny_config(batch_size=4, samples_per_insert=4.0, min_replay_size=8)
+    agent = DMPO(make_environment_spec(env), config, seed=0, overlap_learner=True)
+    calls = []
+
+    def failing_step():  # fails once the acting thread waits in an insert (the limiter holds it back)
+        import time
+
+        calls.append(1)
+        deadline = time.monotonic() + 20
+        while agent.table.stats().waiting_inserts == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise ValueError("learner exploded")
+
+    agent.learner.step = failing_step
+    errors: list[BaseException] = []
+
+    def act():
+        try:
+            EnvironmentLoop(env, agent, logger=NoOpLogger()).run(num_episodes=3)
+        except BaseException as error:  # noqa: BLE001 - inspected below
+            errors.append(error)
+
+    acting = threading.Thread(target=act, daemon=True)
+    acting.start()
+    acting.join(timeout=30)
+    try:
+        assert not acting.is_alive(), "the acting thread hangs after the learner failed"
+    finally:
+        agent.close()
+    assert calls and len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert isinstance(errors[0].__cause__, ValueError) and "learner exploded" in str(errors[0])
+
+
+def test_checkpoint_period_shorter_than_an_episode_writes_once_per_boundary(tmp_path, monkeypatch):
+    """Regression (issue 11.3): `next_checkpoint += every` wrote the same checkpoint once per period."""
+    from dmpo.runners.checkpoints import TrainingCheckpoints
+
+    written = []
+    save = TrainingCheckpoints.save
+
+    def counting_save(self, step, *args, **kwargs):
+        written.append(step)
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingCheckpoints, "save", counting_save)
+    env_factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1,  # noqa: E731
+                                               episode_length=10, seed=seed % 1000)
+    config = dataclasses.replace(reach_config(30), checkpoint_every=3, eval_every=0,
+                                 agent=tiny_config(min_replay_size=10, max_replay_size=500))
+    train(config, tmp_path / "run", env_factory=env_factory, progress=False, quiet=True)
+    assert written == [10, 20, 30]  # episode ends; the end-of-run save is not written again
+
+
+def test_resume_without_replay_waits_for_fresh_observations(tmp_path):
+    env_factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1,  # noqa: E731
+                                               episode_length=10, seed=seed % 1000)
+    agent_config = tiny_config(min_replay_size=30, max_replay_size=500)  # min_observations 30
+    config = dataclasses.replace(reach_config(40), checkpoint_every=40, eval_every=0, save_replay=False,
+                                 agent=agent_config)
+    first = train(config, tmp_path / "run", env_factory=env_factory, progress=False, quiet=True)
+    learned_before = first["counts"]["learner_steps"]
+    assert learned_before > 0
+    # 20 more steps: fewer than min_observations fresh ones, so no learner step may run.
+    resumed = train(dataclasses.replace(config, steps=60), tmp_path / "run", resume=True,
+                    env_factory=env_factory, progress=False, quiet=True)
+    assert resumed["counts"]["learner_steps"] == learned_before
+    # That run's end checkpoint has no replay either: 30 fresh observations from step 60 on, then
+    # learning restarts on the normal schedule with the step at exactly 30 fresh ones.
+    final = train(dataclasses.replace(config, steps=90), tmp_path / "run", resume=True,
+                  env_factory=env_factory, progress=False, quiet=True)
+    assert final["counts"]["learner_steps"] == learned_before + 1

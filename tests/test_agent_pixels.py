@@ -8,7 +8,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 
-from dmpo.agent import DMPO, pixel_stack_size  # noqa: E402
+from dmpo.agent import DMPO  # noqa: E402
+from dmpo.builder import pixel_stack_size  # noqa: E402
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
 from dmpo.envs import make  # noqa: E402
 from dmpo.replay import FrameStackTable  # noqa: E402

@@ -38,17 +38,18 @@ import psutil  # noqa: E402
 import ray  # noqa: E402
 from ray import cloudpickle  # noqa: E402
 
-from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig  # noqa: E402
+from dmpo.agent import DMPO  # noqa: E402
+from dmpo.builder import CheckpointState, DMPOBuilder  # noqa: E402
+from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
 from dmpo.distributed import (  # noqa: E402
     DistributedProgram,
     NodeFailure,
     ProgramOptions,
-    make_rate_limiter,
     run_distributed,
     start_local_cluster,
 )
 from dmpo.distributed.counter_service import RemoteCounterService, make_child_counter  # noqa: E402
-from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteSampleStream  # noqa: E402
+from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteTableSampler  # noqa: E402
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
 from dmpo.distributed.variables import AsyncVariableClient, VariablePublisher  # noqa: E402
 from dmpo.envs.fakes import FakeEnvironment  # noqa: E402
@@ -76,14 +77,25 @@ EPISODE_LENGTH = 10
 DEADLINE = 240.0  # seconds any wait in this module may take on a busy 2-core machine
 
 
-def fake_environment(is_eval: bool, seed: int = 0) -> FakeEnvironment:
-    return FakeEnvironment(
-        observation_shape=(3,), action_dim=1, episode_length=EPISODE_LENGTH, seed=seed + (7 if is_eval else 0)
-    )
+def fake_environment(seed: int) -> FakeEnvironment:
+    return FakeEnvironment(observation_shape=(3,), action_dim=1, episode_length=EPISODE_LENGTH,
+                           seed=seed % 1000)
+
+
+def fake_builder(**overrides) -> DMPOBuilder:
+    return DMPOBuilder(dataclasses.replace(TINY, **overrides), make_environment_spec(fake_environment(0)))
 
 
 def fake_signature():
-    return transition_signature(make_environment_spec(fake_environment(False)))
+    return transition_signature(make_environment_spec(fake_environment(0)))
+
+
+def train_config(**overrides) -> TrainConfig:
+    """The run the program tests train: the fake task (given as env_factory), tiny agent, 2 actors."""
+    base = dict(env="test:fake", steps=10**9, seed=3, actors=2, eval_every=100, eval_episodes=1,
+                checkpoint_every=200, keep_checkpoints=2, agent=TINY)
+    base.update(overrides)
+    return TrainConfig(**base)
 
 
 def fake_batch(count: int, start: int = 0):
@@ -120,13 +132,13 @@ def cluster():
 
 
 def test_rate_limiter_follows_the_spec_and_guards_narrow_windows():
-    limiter = make_rate_limiter(dataclasses.replace(TINY, samples_per_insert=32.0, min_replay_size=1000))
+    limiter = fake_builder(samples_per_insert=32.0, min_replay_size=1000).make_rate_limiter("ratio")
     assert isinstance(limiter, SampleToInsertRatio)
     assert (limiter.min_diff, limiter.max_diff) == (28800.0, 35200.0)  # spec §2 defaults
     # 0.1·spi·min = 0.8 < 2·spi = 1.0 would be too narrow for Reverb: the guard widens it to 2.
-    small = make_rate_limiter(dataclasses.replace(TINY, samples_per_insert=0.5, min_replay_size=16))
+    small = fake_builder(samples_per_insert=0.5, min_replay_size=16).make_rate_limiter("ratio")
     assert small.max_diff - small.min_diff >= 2.0
-    unlimited = make_rate_limiter(dataclasses.replace(TINY, samples_per_insert=None))
+    unlimited = fake_builder(samples_per_insert=None).make_rate_limiter("ratio")
     assert unlimited == MinSize(TINY.min_replay_size)
 
 
@@ -137,9 +149,8 @@ def test_writer_backpressure_and_prefetching_sampler_obey_the_ratio(cluster):
     spi, min_size = 2.0, 16
     limiter = SampleToInsertRatio(spi, min_size, 4.0)  # window [28, 36] of inserts·spi − samples
     replay = make_replay_service(
-        fake_signature(),
+        fake_builder(max_replay_size=1000),
         ReplayServiceConfig(
-            max_size=1000,
             rate_limiter=limiter,
             seed=0,
             max_concurrent_inserts=3,
@@ -167,7 +178,8 @@ def test_writer_backpressure_and_prefetching_sampler_obey_the_ratio(cluster):
     assert stats.inserts == 18 and thread.is_alive()
     assert writer.in_flight <= 2  # the actor-side bound: its loop waits instead of queueing more
 
-    stream = RemoteSampleStream(replay, 4, num_in_flight=2, prefetch_size=2, poll_seconds=0.1)
+    builder = fake_builder(batch_size=4, prefetch_size=2)
+    stream = builder.make_dataset(RemoteTableSampler(replay), prefetch=True, num_workers=2, poll_interval=0.1)
     # 120 consumed samples need inserts·2 − 121 ≥ 28, i.e. ≥ 75 inserts: the writer was let through.
     seen = [next(stream) for _ in range(30)]
     assert all(batch.observation.shape == (4, 3) for batch in seen)
@@ -185,6 +197,50 @@ def test_writer_backpressure_and_prefetching_sampler_obey_the_ratio(cluster):
     thread.join(timeout=30)
     assert not thread.is_alive() and len(errors) == 1 and "closed" in str(errors[0])
     ray.kill(replay)
+
+
+def test_partial_samples_reach_the_learner_when_writers_are_slow(cluster):
+    """spi = 1 and a writer slower than a batch per call: the node hands out partial batches (the
+    table counted those samples), the learner's dataset joins them, and no sampled item is lost."""
+    batches, batch_size = 3, 8
+    # samples ≤ inserts (min_diff 0), inserts ≤ samples + 2 (max_diff 2): writer and sampler in lockstep.
+    limiter = SampleToInsertRatio(1.0, 1, (0.0, 2.0))
+    replay = make_replay_service(
+        fake_builder(max_replay_size=1000),
+        ReplayServiceConfig(rate_limiter=limiter, seed=0, call_timeout=0.2),
+    )
+    done = threading.Event()
+
+    def write_slowly():  # one item per 0.1 s: at most ~2 items fit in one 0.2 s sample call
+        for index in range(batches * batch_size):
+            ray.get(replay.insert_batch.remote(fake_batch(1, index)))
+            time.sleep(0.1)
+        done.set()
+
+    writer = threading.Thread(target=write_slowly, daemon=True)
+    writer.start()
+    builder = fake_builder(batch_size=batch_size, prefetch_size=2)
+    # One sampling worker: with several, the last items could sit in different half-built batches.
+    stream = builder.make_dataset(RemoteTableSampler(replay), prefetch=True, poll_interval=0.2)
+    delivered = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(delivered) < batches and time.monotonic() < deadline:
+            try:
+                delivered.append(next(stream))
+            except StopIteration:
+                break
+        writer.join(timeout=60)
+        stats = ray.get(replay.stats.remote())
+    finally:
+        stream.close()
+        ray.kill(replay)
+    assert len(delivered) == batches, f"only {len(delivered)} of {batches} batches arrived; {stats}"
+    assert all(batch.observation.shape == (batch_size, 3) for batch in delivered)
+    assert done.is_set() and stats.inserts == batches * batch_size
+    assert stats.samples == batches * batch_size  # every sample the table counted was delivered
+    values = np.concatenate([batch.observation[:, 0] for batch in delivered])
+    assert values.min() >= 0 and values.max() < batches * batch_size  # written items only
 
 
 # ---------------------------------------------------------------------------------- variable client
@@ -282,35 +338,32 @@ def test_child_counters_in_other_processes_add_up_and_restore_adds(cluster):
 
 
 def test_bad_arguments_fail_before_any_node_starts(tmp_path):
-    with pytest.raises(ValueError, match="num_actors"):
-        ProgramOptions(num_actors=0)
     with pytest.raises(ValueError, match="evaluator_period_seconds"):
         ProgramOptions(evaluator_period_seconds=-1.0)
-    with pytest.raises(TypeError, match="DMPOConfig"):
-        DistributedProgram({"batch_size": 8}, fake_environment, run_dir=tmp_path / "a")
+    with pytest.raises(TypeError, match="TrainConfig"):
+        DistributedProgram(TINY, run_dir=tmp_path / "a", env_factory=fake_environment)
+    with pytest.raises(ConfigError, match="actors"):
+        DistributedProgram(train_config(actors=0), run_dir=tmp_path / "a", env_factory=fake_environment)
+    with pytest.raises(ConfigError, match="overlap_learner"):
+        train_config(overlap_learner=True)
+    with pytest.raises(ConfigError, match="checkpoint"):
+        DistributedProgram(train_config(agent=dataclasses.replace(TINY, checkpoint=False)),
+                           run_dir=tmp_path / "a", env_factory=fake_environment, resume=True)
     with pytest.raises(FileNotFoundError, match="cannot resume"):
-        DistributedProgram(TINY, fake_environment, run_dir=tmp_path / "missing", resume=True)
+        DistributedProgram(train_config(), run_dir=tmp_path / "missing", env_factory=fake_environment,
+                           resume=True)
     with pytest.raises(Exception, match="unknown environment name"):
-        DistributedProgram(TINY, "nope", run_dir=tmp_path / "b")
+        DistributedProgram(train_config(env="nope:nothing"), run_dir=tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     old = tmp_path / "old"
     (old / "checkpoints" / "step_000000000100").mkdir(parents=True)
     (old / "checkpoints" / "step_000000000100" / "state.json").write_text("{}")
     with pytest.raises(FileExistsError, match="resume=True"):
-        DistributedProgram(TINY, fake_environment, run_dir=old)
+        DistributedProgram(train_config(), run_dir=old, env_factory=fake_environment)
 
 
 def options(**overrides) -> ProgramOptions:
-    base = dict(
-        num_actors=2,
-        variable_update_period=25,
-        evaluator_period_seconds=1.0,
-        checkpoint_period_seconds=2.0,
-        insert_batch_size=8,
-        poll_seconds=0.25,
-        log_time_delta=1.0,
-        checkpoint_replay=True,
-    )
+    base = dict(variable_update_period=25, insert_batch_size=8, poll_seconds=0.25, log_time_delta=1.0)
     base.update(overrides)
     return ProgramOptions(**base)
 
@@ -337,8 +390,9 @@ def poll_until(program: DistributedProgram, condition, what: str):
 
 def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(cluster, tmp_path):
     run_dir = tmp_path / "run"
-    limiter = make_rate_limiter(TINY)
-    program = DistributedProgram(TINY, fake_environment, run_dir=run_dir, seed=3, options=options())
+    limiter = fake_builder().make_rate_limiter("ratio")
+    program = DistributedProgram(train_config(), run_dir=run_dir, env_factory=fake_environment,
+                                 options=options())
     program.start()
     try:
         poll_until(program, lambda: program.counts.get("learner_steps", 0) >= 10, "10 learner steps")
@@ -384,21 +438,16 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
     saved = json.loads((latest / "state.json").read_text())
     saved_replay = Table.restore(latest / "replay.npz").stats()
     assert saved_replay.inserts > 0
+    # The single-process layout: state.json is a CheckpointState, the learner state loads locally.
+    assert set(saved) == {field.name for field in dataclasses.fields(CheckpointState)}
+    assert saved["distributed"]
+    local = DMPO(make_environment_spec(fake_environment(0)), TINY, seed=0)
+    learner_state, _, replay_file = TrainingCheckpoints.load(latest, local.learner.save_state())
+    local.learner.restore_state(learner_state)
+    assert replay_file is not None and saved["env_steps"] >= 200  # the checkpoint_every=200 boundary
     target = saved["learner_steps"] + 15
-    result = run_distributed(
-        TINY,
-        fake_environment,
-        num_actors=2,
-        run_dir=run_dir,
-        seed=3,
-        max_learner_steps=target,
-        resume=True,
-        progress=False,
-        options=options(evaluator_period_seconds=0.5),
-        evaluator_period_seconds=0.5,
-        checkpoint_period_seconds=2.0,
-        variable_update_period=25,
-    )
+    result = run_distributed(train_config(), run_dir, env_factory=fake_environment, resume=True,
+                             progress=False, options=options(max_learner_steps=target))
     assert result.status == "finished" and result.resumed_from == saved["learner_steps"]
     assert result.learner["steps"] == target and result.counts["learner_steps"] == target
     # Counts continue from the checkpoint and add up exactly across nodes.
@@ -412,6 +461,7 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
         saved["counts"]["actor_episodes"] + sum(actor["episodes"] for actor in result.actors)
     )
     assert result.evaluator_returns, "the evaluator ran no episode"
+    assert result.evaluations > saved["evaluations"]  # env-step boundaries of eval_every=100 (and the end)
     assert check_ratio_window(result.replay_history, limiter) >= 1
     # The replay node resumed from the checkpointed table (its lifetime counters continue).
     assert result.replay_history[0][1].inserts >= saved_replay.inserts
@@ -438,9 +488,9 @@ cloudpickle.register_pickle_by_value(t)
 def report(program):
     print("learner_steps", program.counts.get("learner_steps", 0), flush=True)
 
-t.run_distributed(t.TINY, t.fake_environment, num_actors=1, run_dir={run_dir!r}, seed=1, num_cpus=2,
-                  progress=False, evaluator_period_seconds=None, checkpoint_period_seconds=600.0,
-                  options=t.options(num_actors=1), on_poll=report)
+t.run_distributed(t.train_config(actors=1, seed=1, eval_every=0, checkpoint_every=0), {run_dir!r},
+                  env_factory=t.fake_environment, num_cpus=2, progress=False, options=t.options(),
+                  on_poll=report)
 """
 
 

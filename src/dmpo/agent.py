@@ -12,7 +12,9 @@ Two ways to interleave acting and learning:
   publishes after each step. Timing decides which items a batch holds, so this mode is not
   bit-reproducible.
 
-Acting always uses the *online* policy (spec §8.2 item 17).
+Acting always uses the *online* policy (spec §8.2 item 17). Every part comes from `DMPOBuilder`
+(the distributed nodes build theirs from it too). If the learner thread fails, it closes the table
+so an acting thread blocked in an insert wakes up, and the next `observe` raises its error.
 """
 
 from __future__ import annotations
@@ -23,19 +25,12 @@ from typing import Any
 import dm_env
 import numpy as np
 
-from dmpo.acting import Actor
+from dmpo.builder import DMPOBuilder, derive_seeds
 from dmpo.config import DMPOConfig
-from dmpo.learning import BatchSlot, Learner
-from dmpo.networks import DMPONetworks, PolicyParams, make_networks
-from dmpo.replay import (
-    FrameStackTable,
-    MinSize,
-    NStepTransitionAdder,
-    PrefetchingIterator,
-    SampleToInsertRatio,
-    Table,
-    transition_signature,
-)
+from dmpo.learning import BatchSlot
+from dmpo.learning.stepping import SteppingLoop
+from dmpo.networks import DMPONetworks, PolicyParams
+from dmpo.replay import TableClosedError
 from dmpo.types import EnvironmentSpec
 
 
@@ -47,45 +42,6 @@ def learner_steps_due(num_observations: int, min_observations: int, observations
     if observations_per_step > 1:
         return int(since_start % int(observations_per_step) == 0)
     return int(1 / observations_per_step)
-
-
-def pixel_stack_size(environment_spec: EnvironmentSpec) -> int | None:
-    """Frames per observation if the observation is an RGB frame stack (uint8 [H, W, 3·S]), else None."""
-    spec = environment_spec.observations
-    if isinstance(spec, dict) or np.dtype(spec.dtype) != np.uint8 or len(spec.shape) != 3:
-        return None
-    return spec.shape[-1] // 3 if spec.shape[-1] % 3 == 0 else None
-
-
-def make_table(environment_spec: EnvironmentSpec, max_size: int, rate_limiter: Any, *, seed: int) -> Table:
-    """The replay table for these specs: frame-deduplicating for stacked pixels, plain otherwise."""
-    signature = transition_signature(environment_spec)
-    frames = pixel_stack_size(environment_spec)
-    if frames is None:
-        return Table(signature, max_size, rate_limiter, seed=seed)
-    return FrameStackTable(signature, max_size, rate_limiter, num_stacked=frames, seed=seed)
-
-
-def derive_seeds(seed: int, count: int) -> list[int]:
-    """Independent child seeds for the table, learner and actor from one user seed."""
-    return [int(s) for s in np.random.SeedSequence(seed).generate_state(count)]
-
-
-class _OnDemandSampler:
-    """An iterator that samples a batch only when the learner asks (keeps synchronous runs reproducible)."""
-
-    def __init__(self, table: Table, batch_size: int) -> None:
-        self._table = table
-        self._batch_size = batch_size
-
-    def __iter__(self) -> _OnDemandSampler:
-        return self
-
-    def __next__(self) -> Any:
-        return self._table.sample(self._batch_size)
-
-    def close(self) -> None:
-        pass
 
 
 class DMPO:
@@ -104,50 +60,47 @@ class DMPO:
     def __init__(self, environment_spec: EnvironmentSpec, config: DMPOConfig | None = None, *,
                  networks: DMPONetworks | None = None, seed: int = 0, logger: Any = None, counter: Any = None,
                  overlap_learner: bool = False) -> None:
-        config = config or DMPOConfig()
-        if not isinstance(config, DMPOConfig):
-            raise TypeError(f"config must be a DMPOConfig, got {type(config).__name__}")
+        config = config if config is not None else DMPOConfig()
+        builder = DMPOBuilder(config, environment_spec, networks=networks)
         if overlap_learner and config.samples_per_insert is None:
             raise ValueError("config.samples_per_insert must be set when overlap_learner=True "
                              "(the table's rate limiter holds that ratio)")
         self.config = config
+        self.builder = builder
         self.overlap_learner = overlap_learner
-        self.networks = networks or make_networks(environment_spec, config.networks)
+        self.networks = builder.networks
         table_seed, learner_seed, actor_seed = derive_seeds(seed, 3)
 
-        self.table = make_table(environment_spec, config.max_replay_size, self._make_rate_limiter(),
-                                seed=table_seed)
-        self.adder = NStepTransitionAdder(self.table, config.n_step, config.learner.discount)
-        self._handoff = BatchSlot()
-        if overlap_learner:
-            self._iterator: Any = PrefetchingIterator(self.table, config.batch_size, config.prefetch_size)
-        else:
-            self._iterator = _OnDemandSampler(self.table, config.batch_size)
-        learner_batches = self._handoff if overlap_learner else self._iterator
-        self.learner = Learner(self.networks, environment_spec, config.learner, learner_batches,
-                               seed=learner_seed, logger=logger, counter=counter)
+        # Synchronous: MinSize(1), update() holds the ratio (spec §2). Overlapped: the distributed limiter.
+        self.table = builder.make_table(builder.make_rate_limiter("ratio" if overlap_learner else "local"),
+                                        seed=table_seed)
+        self.adder = builder.make_adder(self.table)
+        self._iterator = builder.make_dataset(self.table, prefetch=overlap_learner)
+        handoff = BatchSlot()
+        self.learner = builder.make_learner(handoff if overlap_learner else self._iterator, seed=learner_seed,
+                                            logger=logger, counter=counter)
         # The actor reads device copies (`policy_params_on_device`): no host round trip per update.
         self._published_params = self.learner.policy_params_on_device(online=True)
         source = ((lambda: self._published_params) if overlap_learner
                   else lambda: self.learner.policy_params_on_device(online=True))
-        self.actor = Actor(self.networks, source, seed=actor_seed, adder=self.adder)
+        self.actor = builder.make_actor(source, seed=actor_seed, adder=self.adder)
         self.num_observations = 0
+        self.learning_starts = config.min_observations
+        """Observation count of the first learner step; later after a resume that found no replay."""
         self.pending_sgd_steps = 0
         """Synchronous mode: updates due by the schedule but not yet run, fewer than
         `config.learner.sgd_steps_per_call` (they run with the next call). Part of a checkpoint."""
 
         self._learner_lock = threading.Lock()  # held by the learner thread during a step; pause() takes it
         self._stop = threading.Event()
+        self._loop = SteppingLoop(self.learner, self._iterator, handoff, lock=self._learner_lock,
+                                  stop=self._stop, after_step=self._publish)
         self._learner_error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
-    def _make_rate_limiter(self) -> Any:
-        config = self.config
-        if not self.overlap_learner:
-            return MinSize(1)  # spec §2: the single-process table never throttles; update() holds the ratio
-        # The distributed agent's guarded window (spec §8.2 item 25), from the first learner step on.
-        spi = float(config.samples_per_insert)
-        return SampleToInsertRatio.from_agent_defaults(spi, config.min_observations)
+    def restart_learning(self) -> None:
+        """Learn again only after `min_observations` more observations (the replay table starts empty)."""
+        self.learning_starts = self.num_observations + self.config.min_observations
 
     # -- acting -----------------------------------------------------------------------------------
     def select_action(self, observation: Any) -> np.ndarray:
@@ -160,7 +113,11 @@ class DMPO:
     def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
         self._raise_learner_error()
         self.num_observations += 1
-        self.actor.observe(action, next_timestep)
+        try:
+            self.actor.observe(action, next_timestep)
+        except TableClosedError:
+            self._raise_learner_error()  # the failed learner thread closed the table (see _learner_loop)
+            raise
 
     def update(self, wait: bool = False) -> None:
         """Runs the learner steps due now (synchronous mode) and refreshes the actor's parameters."""
@@ -168,7 +125,7 @@ class DMPO:
             self._ensure_learner_thread()
             self.actor.update()
             return
-        self.pending_sgd_steps += learner_steps_due(self.num_observations, self.config.min_observations,
+        self.pending_sgd_steps += learner_steps_due(self.num_observations, self.learning_starts,
                                                     self.config.observations_per_step)
         calls = self.pending_sgd_steps // self.learner.batches_per_step
         for _ in range(calls):
@@ -183,25 +140,23 @@ class DMPO:
             self._thread = threading.Thread(target=self._learner_loop, name="dmpo-learner", daemon=True)
             self._thread.start()
 
+    def _publish(self) -> None:
+        self._published_params = self.learner.policy_params_on_device(online=True)
+
     def _learner_loop(self) -> None:
-        # The batch is fetched *outside* the pause lock: waiting for data (the rate limiter) while
-        # holding it would deadlock with a checkpoint taken by the acting thread, the only inserter.
         try:
-            while not self._stop.is_set():
-                for _ in range(self.learner.batches_per_step):
-                    self._handoff.put(next(self._iterator))
-                with self._learner_lock:
-                    if self._stop.is_set():
-                        break
-                    self.learner.step()
-                    self._published_params = self.learner.policy_params_on_device(online=True)
+            self._loop.run()
         except BaseException as error:  # noqa: BLE001 - handed to the acting thread
             if not self._stop.is_set():
                 self._learner_error = error
+                # Without samples the ratio limiter soon holds inserts back: closing the table ends
+                # an acting thread's wait in insert, and observe() then raises this error.
+                self.table.close()
 
     def _raise_learner_error(self) -> None:
         if self._learner_error is not None:
-            raise RuntimeError("the learner thread failed") from self._learner_error
+            error = self._learner_error
+            raise RuntimeError(f"the learner thread failed: {type(error).__name__}: {error}") from error
 
     def pause(self) -> threading.Lock:
         """A lock that, while held, keeps the learner thread between steps (for consistent checkpoints)."""
@@ -213,9 +168,7 @@ class DMPO:
         self.table.close()
         if self._thread is not None:
             self._thread.join(timeout=60)
-        close = getattr(self._iterator, "close", None)
-        if close is not None:
-            close()
+        self._iterator.close()
 
     def __enter__(self) -> DMPO:
         return self

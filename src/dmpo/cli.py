@@ -153,16 +153,16 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
     except ImportError:
         _fail("--actors needs Ray, which is not installed; install it with: "
               "pip install 'dmpo[distributed]'")
+    from dmpo.builder import environment_factory
     from dmpo.checkpointing import CheckpointError
     from dmpo.distributed import NodeFailure, run_distributed
-    from dmpo.envs import EnvError, TaskFactory
+    from dmpo.envs import EnvError
     from dmpo.runs import RunDirectory, new_run_path
 
     config = config.resolved()
-    factory = TaskFactory(config.env, pixels=config.pixels, action_repeat=config.action_repeat)
     if not resume:
         try:
-            factory(False, seed=config.seed).close()  # an unknown task fails here, before a run exists
+            environment_factory(config)(config.seed).close()  # an unknown task fails before a run exists
         except EnvError as error:
             _fail(str(error))
         run_dir = Path(run_dir) if run_dir is not None else new_run_path()
@@ -171,10 +171,7 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
         except (FileExistsError, ConfigError) as error:
             _fail(str(error))
     try:
-        result = run_distributed(config.agent, factory, num_actors=config.actors, run_dir=run_dir,
-                                 seed=config.seed, max_actor_steps=config.steps, ray_address=ray_address,
-                                 evaluator_episodes=max(config.eval_episodes, 1), progress=progress,
-                                 resume=resume)
+        result = run_distributed(config, run_dir, ray_address=ray_address, progress=progress, resume=resume)
     except (FileNotFoundError, CheckpointError) as error:
         _fail(str(error))
     except NodeFailure as error:

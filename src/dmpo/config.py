@@ -202,17 +202,22 @@ class TrainConfig:
     action_repeat: int | None = None
     """Environment steps per agent action (default: 1 for states, 2 for pixels)."""
     eval_every: int = 10_000
-    """Environment steps between evaluations (checked at episode ends); 0 disables evaluation."""
+    """Environment steps between evaluations (one per crossed boundary, plus one at the end; single
+    process: at the next episode end, distributed: at the driver's next poll); 0 disables evaluation."""
     eval_episodes: int = 5
     """Episodes per evaluation, acting with the target policy's mean (>= 1 unless eval_every is 0)."""
     checkpoint_every: int = 10_000
-    """Environment steps between checkpoints (taken at the next episode end); 0 only saves at the end."""
+    """Environment steps between checkpoints (one per crossed boundary; single process: at the next
+    episode end, distributed: at the driver's next poll); 0 only saves at the end. No checkpoint
+    at all when `agent.checkpoint` is False."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (oldest deleted first)."""
     save_replay: bool = True
-    """Store the replay contents in checkpoints, so that a resumed run continues exactly."""
+    """Store the replay contents in checkpoints and restore them on resume (both modes). Without
+    them a resumed run waits for `min_replay_size` fresh observations before learning again."""
     overlap_learner: bool = False
-    """Run the learner on its own thread; the replay rate limiter then holds samples_per_insert."""
+    """Run the learner on its own thread (single process only; the distributed learner always has
+    its own node); the replay rate limiter then holds samples_per_insert."""
     actors: int = 0
     """Distributed actors on Ray; 0 trains in this process."""
     agent: DMPOConfig = dataclasses.field(default_factory=control_suite_preset)
@@ -227,6 +232,12 @@ class TrainConfig:
             _check(isinstance(value, int) and value >= 0, f"TrainConfig.{name}", "an integer >= 0", value)
         if self.action_repeat is not None:
             _positive_int(self, "action_repeat")
+        _check(not (self.overlap_learner and self.actors), "TrainConfig.overlap_learner",
+               "False when actors > 0 (the distributed learner always runs on its own node)",
+               self.overlap_learner)
+        _check(not (self.overlap_learner and self.agent.samples_per_insert is None),
+               "TrainConfig.overlap_learner", "False when agent.samples_per_insert is None (the "
+               "overlapped learner's rate limiter holds that ratio)", self.overlap_learner)
         _check(self.eval_every == 0 or self.eval_episodes >= 1, "TrainConfig.eval_episodes",
                "a positive integer while eval_every > 0 (set eval_every=0 to turn evaluation off)",
                self.eval_episodes)

@@ -1,9 +1,10 @@
 """An acting node: its own environment and seed, the target policy, experience to replay (spec §7.2).
 
-Per step: `select_action` with the behaviour policy (a Gaussian sample) → environment step →
-n-step adder → `BatchedWriter` → `RemoteReplayWriter` (one remote call per batch, bounded in flight,
-so the rate limiter's backpressure stops this loop) → `actor.update()` → the variable client, which
-fetches the learner's target policy every `variable_update_period` steps without waiting for it.
+Per step: `select_action` with the builder's behaviour policy (a Gaussian sample) → environment
+step → the builder's n-step adder → `BatchedWriter` → `RemoteReplayWriter` (one remote call per
+batch, bounded in flight, so the rate limiter's backpressure stops this loop) → `actor.update()` →
+the variable client, which fetches the learner's target policy every `variable_update_period` steps
+without waiting for it.
 
 The node is a threaded Ray actor: `run()` loops over episodes on one thread while `stop()` and
 `stats()` answer on another. `run()` returns (after finishing its current episode) once `stop()` is
@@ -17,13 +18,7 @@ from typing import Any
 
 import ray
 
-from dmpo.distributed.common import (
-    ACTING_NODE_ENV,
-    NodeSettings,
-    make_environment,
-    make_networks,
-    make_node_logger,
-)
+from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.replay_client import RemoteReplayWriter
 from dmpo.distributed.variables import AsyncVariableClient
@@ -35,23 +30,20 @@ class ActorNode:
     def __init__(self, settings: NodeSettings, index: int, seed: int, learner: Any, replay: Any,
                  counter_service: Any, *, persist_logs: bool, insert_batch_size: int = 32,
                  max_inserts_in_flight: int = 2) -> None:
-        from dmpo.acting import Actor
-        from dmpo.replay import BatchedWriter, NStepTransitionAdder, transition_signature
+        from dmpo.replay import BatchedWriter
         from dmpo.runners.environment_loop import EnvironmentLoop
 
+        builder = settings.builder
         self.index = index
         self.seed = seed
         self._stop = threading.Event()
         self._settings = settings
-        networks = make_networks(settings)
         self._variables = AsyncVariableClient(learner.get_variables.remote, settings.variable_update_period)
         self._writer = RemoteReplayWriter(replay, max_in_flight=max_inserts_in_flight,
                                           should_stop=self._stop.is_set)
-        self._batcher = BatchedWriter(self._writer, insert_batch_size,
-                                      signature=transition_signature(settings.env_spec))
-        adder = NStepTransitionAdder(self._batcher, settings.config.n_step, settings.config.learner.discount)
+        self._batcher = BatchedWriter(self._writer, insert_batch_size, signature=builder.signature)
         # update_period=1: the variable client itself decides when to fetch (every call is cheap).
-        self._actor = Actor(networks, self._variables, seed=seed, adder=adder, update_period=1)
+        self._actor = builder.make_actor(self._variables, seed=seed, adder=builder.make_adder(self._batcher))
         self._counter = make_child_counter(counter_service, "actor", settings.counter_time_delta)
         self._logger = make_node_logger("actor", settings.run_dir if persist_logs else None,
                                         time_delta=settings.log_time_delta)
@@ -70,7 +62,7 @@ class ActorNode:
         try:
             # Built on the thread that steps it: a pixel environment's OpenGL context belongs to the
             # thread that created it, and Ray runs methods on other threads than the constructor's.
-            environment = make_environment(self._settings.environment, is_eval=False, seed=self.seed)
+            environment = self._settings.env_factory(self.seed)
             self._make_loop(environment).run(num_steps=max_steps)
             self._batcher.flush()
             self._writer.flush()

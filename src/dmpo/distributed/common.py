@@ -1,24 +1,21 @@
 """What every node of the distributed program is built from, and the helpers they share.
 
-`NodeSettings` is the picklable bundle the driver hands to each node; environments and networks are
-built inside the nodes from it, so no JAX object ever crosses a process boundary — only numpy.
+`NodeSettings` is the picklable bundle the driver hands to each node: the `DMPOBuilder` (config,
+environment spec, network factory) every node makes its parts with, and the `EnvironmentFactory`
+the acting nodes call with their own seeds. Environments and networks are built inside the nodes,
+so no JAX object ever crosses a process boundary — only numpy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dmpo.config import DMPOConfig
+import ray
 
-EnvironmentFactory = Callable[..., Any]
-"""`factory(is_eval: bool) -> dm_env.Environment`, optionally also taking a `seed=` keyword."""
-
-NetworkFactory = Callable[[Any], Any]
-"""`network_factory(env_spec) -> DMPONetworks` (actors, evaluator and learner must share it)."""
+from dmpo.builder import DMPOBuilder
+from dmpo.envs.registry import EnvironmentFactory
 
 # Acting nodes run one small network per step: one XLA thread each keeps N of them from fighting
 # over the cores the learner needs.
@@ -34,47 +31,21 @@ ACTING_NODE_ENV = {
 class NodeSettings:
     """Everything a node needs besides the handles of the other nodes."""
 
-    config: DMPOConfig
-    environment: str | EnvironmentFactory
-    env_spec: Any
+    builder: DMPOBuilder
+    env_factory: EnvironmentFactory
     run_dir: str
     seed: int
-    network_factory: NetworkFactory | None = None
     variable_update_period: int = 1000
     counter_time_delta: float = 1.0
     log_time_delta: float = 10.0
 
     @property
+    def config(self) -> Any:
+        return self.builder.config
+
+    @property
     def checkpoint_dir(self) -> Path:
         return Path(self.run_dir) / "checkpoints"
-
-
-def make_environment(source: str | EnvironmentFactory, *, is_eval: bool, seed: int) -> Any:
-    """An environment from a task name (`dmpo.envs.make`) or a factory; `seed` is passed if accepted."""
-    if isinstance(source, str):
-        from dmpo.envs import make
-
-        return make(source, seed=seed)
-    if _accepts_seed(source):
-        return source(is_eval, seed=seed)
-    return source(is_eval)
-
-
-def _accepts_seed(factory: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-    return "seed" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-
-
-def make_networks(settings: NodeSettings) -> Any:
-    """The agent's networks: the custom factory if given, else the config's networks."""
-    if settings.network_factory is not None:
-        return settings.network_factory(settings.env_spec)
-    from dmpo.networks import make_networks as default_networks
-
-    return default_networks(settings.env_spec, settings.config.networks)
 
 
 COUNT_KEYS = ("actor_episodes", "actor_steps", "evaluator_episodes", "evaluator_steps", "learner_steps",
@@ -111,3 +82,37 @@ NODE_LOG_STEP_KEYS = {"learner": "learner_steps", "actor": "actor_steps", "evalu
 def node_seed(base: int, role: int, index: int = 0, generation: int = 0) -> int:
     """Distinct seeds per node role, index and restart generation (a restarted actor gets a new one)."""
     return int(base) + 1_000_003 * role + 10_007 * index + 101 * generation
+
+
+# -- calls to nodes that may already be gone (stopping after a failure) ---------------------------
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else ""
+
+
+def call_quietly(handle: Any, method: str) -> None:
+    if handle is None:
+        return
+    try:
+        getattr(handle, method).remote()
+    except Exception:  # the node is already gone
+        pass
+
+
+def get_quietly(ref: Any, timeout: float) -> Any:
+    if ref is None:
+        return None
+    try:
+        return ray.get(ref, timeout=timeout)
+    except Exception:
+        return None
+
+
+def kill(handle: Any) -> None:
+    if handle is None:
+        return
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:
+        pass

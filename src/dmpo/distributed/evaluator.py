@@ -1,9 +1,12 @@
-"""The evaluator node: the target policy's mean on `environment_factory(True)` (spec §7.2, §8.2 item 17).
+"""The evaluator node: the target policy's mean on its own environment (spec §7.2, §8.2 item 17).
 
-It evaluates in rounds: fetch the learner's latest target policy (blocking — a round always scores
-the newest weights), play `episodes_per_round` episodes without an adder, then wait until
-`period_seconds` have passed since the round began. Episodes go to the `evaluator` logger and the
-`evaluator_*` counts; the latest returns are kept for the driver's progress line.
+It evaluates in rounds of `episodes_per_round` episodes (`TrainConfig.eval_episodes`), each with
+the learner's latest target policy (fetched blocking: a round always scores the newest weights) and
+the builder's evaluation actor, which writes nothing. A round starts when the driver asks for one
+(`request()`, at every `TrainConfig.eval_every` environment-step boundary, as the single-process
+trainer evaluates) and, if `period_seconds` is set, also once that many seconds have passed since
+the previous round began. `finish()` ends `run()` after the rounds asked for; `stop()` ends it now.
+Episodes go to the `evaluator` logger and the `evaluator_*` counts.
 """
 
 from __future__ import annotations
@@ -14,13 +17,7 @@ from typing import Any
 
 import ray
 
-from dmpo.distributed.common import (
-    ACTING_NODE_ENV,
-    NodeSettings,
-    make_environment,
-    make_networks,
-    make_node_logger,
-)
+from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.variables import AsyncVariableClient
 
@@ -29,43 +26,75 @@ class EvaluatorNode:
     """See the module docstring."""
 
     def __init__(self, settings: NodeSettings, seed: int, learner: Any, counter_service: Any, *,
-                 episodes_per_round: int = 1, period_seconds: float = 0.0) -> None:
-        from dmpo.acting import Actor
+                 episodes_per_round: int = 1, period_seconds: float | None = None) -> None:
         from dmpo.runners.environment_loop import EnvironmentLoop
 
         if not isinstance(episodes_per_round, int) or episodes_per_round < 1:
             raise ValueError(f"episodes_per_round must be a positive integer, got {episodes_per_round!r}")
-        if not period_seconds >= 0:
-            raise ValueError(f"evaluator period_seconds must be >= 0, got {period_seconds!r}")
+        if period_seconds is not None and not period_seconds >= 0:
+            raise ValueError(f"evaluator period_seconds must be >= 0 or None, got {period_seconds!r}")
         self._episodes_per_round = episodes_per_round
-        self._period = float(period_seconds)
+        self._period = period_seconds
         self._stop = threading.Event()
+        self._wake = threading.Condition()
+        self._pending = 0  # rounds asked for and not started
+        self._finishing = False
         self._settings, self._seed = settings, seed
-        networks = make_networks(settings)
         # Periodic blocking refreshes only: the period is never reached by the step count.
         self._variables = AsyncVariableClient(learner.get_variables.remote, update_period=2**62)
-        actor = Actor(networks, self._variables, seed=seed, deterministic=True, update_period=1)
+        actor = settings.builder.make_evaluation_actor(self._variables, seed=seed)
         self._counter = make_child_counter(counter_service, "evaluator", settings.counter_time_delta)
         self._logger = make_node_logger("evaluator", settings.run_dir, time_delta=0.0)
         self._make_loop = lambda environment: EnvironmentLoop(
             environment, actor, self._counter, self._logger, label="evaluator",
             should_stop=self._stop.is_set, on_episode_end=self._record)
         self.returns: list[tuple[int, float]] = []  # (learner variable version, episode return)
+        self.rounds = 0
 
     def _record(self, row: dict[str, Any]) -> None:
         self.returns.append((self._variables.version, float(row["episode_return"])))
 
+    def request(self) -> None:
+        """Asks for one more evaluation round."""
+        with self._wake:
+            self._pending += 1
+            self._wake.notify_all()
+
+    def finish(self) -> None:
+        """Lets `run()` return once the rounds asked for are done."""
+        with self._wake:
+            self._finishing = True
+            self._wake.notify_all()
+
+    def _next_round(self, last_start: float | None) -> bool:
+        """Waits for the next round (True) or the end (False)."""
+        with self._wake:
+            while not self._stop.is_set():
+                if self._pending:
+                    self._pending -= 1
+                    return True
+                if self._finishing:
+                    return False
+                wait = 1.0
+                if self._period is not None:
+                    due = (last_start or 0.0) + self._period - time.monotonic()
+                    if last_start is None or due <= 0:
+                        return True
+                    wait = min(wait, due)
+                self._wake.wait(wait)
+            return False
+
     def run(self) -> list[tuple[int, float]]:
-        """Evaluates until `stop()`; returns every (variable version, return) pair."""
+        """Evaluates until `finish()` or `stop()`; returns every (variable version, return) pair."""
         try:
             # Built on this thread: a pixel environment's OpenGL context is bound to its creating thread.
-            environment = make_environment(self._settings.environment, is_eval=True, seed=self._seed)
-            loop = self._make_loop(environment)
-            while not self._stop.is_set():
+            loop = self._make_loop(self._settings.env_factory(self._seed))
+            started = None
+            while self._next_round(started):
                 started = time.monotonic()
                 self._variables.update(wait=True)
                 loop.run(num_episodes=self._episodes_per_round)
-                self._stop.wait(max(0.0, self._period - (time.monotonic() - started)))
+                self.rounds += 1
         finally:
             self._counter.sync()
             self._logger.close()
@@ -73,6 +102,8 @@ class EvaluatorNode:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
 
     def ping(self) -> int:
         return len(self.returns)
@@ -84,6 +115,6 @@ class EvaluatorNode:
 
 def make_evaluator_node(settings: NodeSettings, seed: int, learner: Any, counter_service: Any,
                         **kwargs: Any) -> Any:
-    cls = ray.remote(num_cpus=0, max_concurrency=3, max_restarts=0)(EvaluatorNode)
+    cls = ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)(EvaluatorNode)
     return cls.options(runtime_env={"env_vars": dict(ACTING_NODE_ENV)}).remote(
         settings, seed, learner, counter_service, **kwargs)

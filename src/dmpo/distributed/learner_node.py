@@ -1,15 +1,17 @@
-"""The learner node: `dmpo.learning.Learner` fed by the replay node, serving variables (spec §7.2).
+"""The learner node: the builder's learner fed by the replay node, serving variables (spec §7.2).
 
-`run()` loops: take the next prefetched batch (outside any lock — waiting for data must never block
-variable requests, or a starting actor waiting for its first weights and a learner waiting for that
-actor's data would wait for each other), then one update under the state lock. The update donates
-the old state's buffers, so `get_variables()` reads the state under the same lock; it is called once
-per actor every `variable_update_period` steps, so the lock costs nothing measurable.
+`run()` is the shared `SteppingLoop`: take the next prefetched batch outside the state lock, then
+one update under it. Waiting for data must never block variable requests, or a starting actor
+waiting for its first weights and a learner waiting for that actor's data would wait for each
+other. The update donates the old state's buffers, so `get_variables()` reads the state under the
+same lock; it is called once per actor every `variable_update_period` steps, so the lock costs
+nothing measurable.
 
-Checkpoints go to `<run_dir>/checkpoints` in the single-process runner's layout
-(`dmpo.runners.checkpoints`: one folder per checkpoint, named by environment steps, holding the
-learner state, the counter totals in state.json and optionally the replay contents) every
-`checkpoint_period_seconds` and once more when `run()` ends; `resume=True` restores the latest one.
+Checkpoints go to `<run_dir>/checkpoints` in the single-process layout (`dmpo.runners.checkpoints`,
+state.json = `dmpo.builder.CheckpointState`, replay contents when `save_replay`). The driver asks
+for them (`save()`) at `checkpoint_every` environment-step boundaries; one more is written when
+`run()` ends. `DMPOConfig.checkpoint=False` writes none. `resume=True` restores the learner state
+and the shared counts from the latest one (the replay node restores the table itself).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any
 
 import ray
 
-from dmpo.distributed.common import NodeSettings, make_networks, make_node_logger
+from dmpo.builder import CheckpointState
+from dmpo.distributed.common import NodeSettings, make_node_logger
 from dmpo.distributed.counter_service import make_child_counter
-from dmpo.distributed.replay_client import RemoteSampleStream, StreamClosed
+from dmpo.distributed.replay_client import RemoteTableSampler, TimedBatches
 from dmpo.distributed.variables import VariablePublisher
 
 
@@ -37,42 +40,49 @@ class _RemoteTable:
 
 
 class LearnerNode:
-    """See the module docstring."""
+    """See the module docstring. `replay_restored`: the replay node loaded the checkpoint's table."""
 
     def __init__(self, settings: NodeSettings, seed: int, replay: Any, counter_service: Any, *,
-                 checkpoint_period_seconds: float = 600.0, keep_checkpoints: int = 2,
-                 checkpoint_replay: bool = False, resume: bool = False, samples_in_flight: int = 2,
+                 keep_checkpoints: int = 2, save_replay: bool = True, resume: bool = False,
+                 replay_restored: bool = False, samples_in_flight: int = 2,
                  publish_interval: float = 0.0) -> None:
-        from dmpo.learning import BatchSlot, Learner
+        from dmpo.learning import BatchSlot
+        from dmpo.learning.stepping import SteppingLoop
 
-        config = settings.config
+        builder = settings.builder
         self._counter_service = counter_service
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._stream = RemoteSampleStream(replay, config.batch_size, num_in_flight=samples_in_flight,
-                                          prefetch_size=config.prefetch_size)
-        self._handoff = BatchSlot()
+        self._save_lock = threading.Lock()
+        dataset = builder.make_dataset(RemoteTableSampler(replay), prefetch=True,
+                                       num_workers=samples_in_flight, poll_interval=0.5)
+        self._batches = TimedBatches(dataset)
+        handoff = BatchSlot()
         self._counter = make_child_counter(counter_service, "learner", settings.counter_time_delta)
         self._logger = make_node_logger("learner", settings.run_dir, time_delta=settings.log_time_delta)
-        self._learner = Learner(make_networks(settings), settings.env_spec, config.learner, self._handoff,
-                                seed=seed, logger=self._logger, counter=self._counter)
+        self._learner = builder.make_learner(handoff, seed=seed, logger=self._logger, counter=self._counter)
+        self._loop = SteppingLoop(self._learner, self._batches, handoff, lock=self._lock, stop=self._stop)
         self._replay = replay
-        self._checkpoint_replay = checkpoint_replay
+        self._save_replay = save_replay
         self._checkpoints = None
-        if config.checkpoint:
+        if settings.config.checkpoint:
             from dmpo.runners.checkpoints import TrainingCheckpoints
 
             self._checkpoints = TrainingCheckpoints(settings.checkpoint_dir, keep=keep_checkpoints)
-        self._checkpoint_period = float(checkpoint_period_seconds)
-        self._last_save = time.monotonic()
-        self.steps = 0
+        self._min_replay_size = settings.config.min_replay_size
+        self._learning_starts = self._min_replay_size
+        self.evaluations = 0
         self.resumed_from: int | None = None
         if resume:
-            self._restore()
+            self._restore(replay_restored)
         self._publisher = VariablePublisher(self._read_variables, lambda: self.steps,
                                             min_interval=publish_interval)
         self._run_started: float | None = None
         self._run_seconds = 0.0
+
+    @property
+    def steps(self) -> int:
+        return self._loop.steps
 
     # ------------------------------------------------------------------------------------ run loop
 
@@ -80,30 +90,21 @@ class LearnerNode:
         """Steps until `stop()` or until the learner step count reaches `max_steps`; returns `stats()`."""
         self._run_started = time.monotonic()
         try:
-            while not self._stop.is_set() and (max_steps is None or self.steps < max_steps):
-                try:
-                    batches = [next(self._stream) for _ in range(self._learner.batches_per_step)]
-                except StreamClosed:
-                    break
-                with self._lock:
-                    for batch in batches:
-                        self._handoff.put(batch)
-                    self._learner.step()
-                    self.steps += self._learner.batches_per_step
-                if time.monotonic() - self._last_save >= self._checkpoint_period:
-                    self.save()
+            self._loop.run(max_steps)
         finally:
             self._run_seconds += time.monotonic() - self._run_started
             self._run_started = None
-            self._stream.close()
+            self._batches.close()
             self.save()
             self._logger.close()
         return self.stats()
 
-    def stop(self) -> None:
+    def stop(self, evaluations: int | None = None) -> None:
         """Ends `run()` after the current step (a wait for data is interrupted)."""
+        if evaluations is not None:
+            self.evaluations = evaluations
         self._stop.set()
-        self._stream.close()
+        self._batches.close()
 
     # ------------------------------------------------------------------------------------ variables
 
@@ -120,34 +121,43 @@ class LearnerNode:
 
     # ---------------------------------------------------------------------------------- checkpoints
 
-    def save(self) -> str | None:
-        """Writes a checkpoint now (no-op when the config turns checkpoints off); returns its folder."""
+    def save(self, evaluations: int | None = None) -> str | None:
+        """Writes a checkpoint now (none when the config turns checkpoints off); returns its folder."""
         if self._checkpoints is None:
             return None
-        with self._lock:
-            state = self._learner.save_state()
-            steps = self.steps
-        counts = self._counter.sync()
-        counts["learner_steps"] = steps  # exact, whatever the push timing
-        env_steps = int(counts.get("actor_steps", 0))
-        info = {"env_steps": env_steps, "learner_steps": steps, "counts": counts, "distributed": True}
-        table = _RemoteTable(self._replay) if self._checkpoint_replay else None
-        path = self._checkpoints.save(env_steps, state, info, table)
-        self._last_save = time.monotonic()
-        return str(path)
+        if evaluations is not None:
+            self.evaluations = evaluations
+        with self._save_lock:
+            with self._lock:
+                learner_state = self._learner.save_state()
+                steps = self.steps
+            counts = self._counter.sync()
+            counts["learner_steps"] = steps  # exact, whatever the push timing
+            env_steps = int(counts.get("actor_steps", 0))
+            state = CheckpointState(
+                env_steps=env_steps, learner_steps=steps, counts=counts, num_observations=env_steps,
+                learning_starts=self._learning_starts, episodes=int(counts.get("actor_episodes", 0)),
+                evaluations=self.evaluations, distributed=True)
+            table = _RemoteTable(self._replay) if self._save_replay else None
+            return str(self._checkpoints.save(env_steps, learner_state, state.to_json(), table))
 
-    def _restore(self) -> None:
+    def _restore(self, replay_restored: bool) -> None:
         from dmpo.runners.checkpoints import TrainingCheckpoints
 
         latest = None if self._checkpoints is None else self._checkpoints.latest()
         if latest is None:
             raise FileNotFoundError("cannot resume: no learner checkpoint in the run directory")
-        state, info, _ = TrainingCheckpoints.load(latest, self._learner.save_state())
-        self._learner.restore_state(state)
-        self.steps = int(info["learner_steps"])
-        self.resumed_from = self.steps
-        counts = dict(info.get("counts", {}))
-        counts["learner_steps"] = self.steps
+        learner_state, saved, _ = TrainingCheckpoints.load(latest, self._learner.save_state())
+        state = CheckpointState.from_json(saved, where=str(latest / "state.json"))
+        self._learner.restore_state(learner_state)
+        self._loop.steps = state.learner_steps
+        self.resumed_from = state.learner_steps
+        self.evaluations = state.evaluations
+        # Without the replay contents the ratio limiter's min_size holds sampling back on the empty table.
+        self._learning_starts = (state.learning_starts if replay_restored
+                                 else state.env_steps + self._min_replay_size)
+        counts = dict(state.counts)
+        counts["learner_steps"] = state.learner_steps
         ray.get(self._counter_service.restore.remote(counts))
 
     # ---------------------------------------------------------------------------------------- stats
@@ -160,8 +170,8 @@ class LearnerNode:
             "steps": self.steps,
             "resumed_from": self.resumed_from,
             "run_seconds": running,
-            "data_wait_seconds": self._stream.wait_seconds,
-            "data_wait_fraction": min(1.0, self._stream.wait_seconds / max(running, 1e-9)),
+            "data_wait_seconds": self._batches.wait_seconds,
+            "data_wait_fraction": min(1.0, self._batches.wait_seconds / max(running, 1e-9)),
         }
 
     def ping(self) -> int:

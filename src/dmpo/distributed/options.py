@@ -12,32 +12,29 @@ class NodeFailure(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class ProgramOptions:
-    """How the program is laid out and watched (everything but the agent's own config)."""
+    """How the program is laid out and watched: knobs with no single-process meaning.
 
-    num_actors: int = 1
-    max_actor_steps: int | None = None
-    """Stop once the actors have taken this many environment steps in all."""
+    What the run does — task, steps, seed, actors, evaluation and checkpoint periods (environment
+    steps), kept checkpoints, replay in checkpoints — is the `TrainConfig`, and means the same as in
+    one process. The wall-clock periods below are extra, explicit options (off by default).
+    """
+
     max_learner_steps: int | None = None
-    """Stop once the learner's step count (across resumes) reaches this."""
+    """Also stop once the learner's step count (across resumes) reaches this."""
     variable_update_period: int = 1000
     """Actor steps between (asynchronous) fetches of the learner's target policy."""
     variable_publish_seconds: float = 0.0
     """Seconds one published copy of the variables serves all requests (0: always the newest)."""
-    evaluator_episodes: int = 1
-    """Episodes per evaluation round."""
-    evaluator_period_seconds: float | None = 10.0
-    """Minimum seconds between the starts of evaluation rounds; None runs no evaluator."""
-    checkpoint_period_seconds: float = 600.0
-    """Seconds between learner checkpoints (one more is written when the program stops)."""
-    keep_checkpoints: int = 2
-    checkpoint_replay: bool = False
-    """Store the replay contents in checkpoints and restore them on resume."""
+    evaluator_period_seconds: float | None = None
+    """Also start an evaluation round this many seconds after the previous one began (None: off)."""
+    checkpoint_period_seconds: float | None = None
+    """Also checkpoint this many seconds after the previous checkpoint (None: off)."""
     insert_batch_size: int = 32
     """Items an actor gathers before one remote insert."""
     max_inserts_in_flight: int = 2
     """Remote inserts an actor may have outstanding before its environment loop waits."""
     samples_in_flight: int = 2
-    """Remote sample calls the learner's prefetch thread keeps outstanding."""
+    """Remote sample calls the learner's prefetch threads keep outstanding."""
     max_actor_restarts: int = 10
     """Replacements of dead actors (in all) before the program gives up."""
     poll_seconds: float = 1.0
@@ -60,18 +57,18 @@ class ProgramOptions:
                                                     and value > 0)
             check(ok, name, "a positive integer" + (" or None" if allow_none else ""))
 
-        for name in ("num_actors", "variable_update_period", "evaluator_episodes", "keep_checkpoints",
-                     "insert_batch_size", "max_inserts_in_flight", "samples_in_flight"):
+        for name in ("variable_update_period", "insert_batch_size", "max_inserts_in_flight",
+                     "samples_in_flight"):
             positive_int(name)
-        positive_int("max_actor_steps", allow_none=True)
         positive_int("max_learner_steps", allow_none=True)
         check(isinstance(self.max_actor_restarts, int) and self.max_actor_restarts >= 0, "max_actor_restarts",
               "an integer >= 0")
-        if self.evaluator_period_seconds is not None:
-            check(self.evaluator_period_seconds >= 0, "evaluator_period_seconds", ">= 0 or None")
+        for name in ("evaluator_period_seconds", "checkpoint_period_seconds"):
+            value = getattr(self, name)
+            check(value is None or value >= 0, name, ">= 0 seconds or None")
         check(self.variable_publish_seconds >= 0, "variable_publish_seconds", ">= 0 seconds")
-        for name in ("checkpoint_period_seconds", "poll_seconds", "startup_timeout_seconds",
-                     "health_timeout_seconds", "stop_timeout_seconds"):
+        for name in ("poll_seconds", "startup_timeout_seconds", "health_timeout_seconds",
+                     "stop_timeout_seconds"):
             check(getattr(self, name) > 0, name, "> 0 seconds")
         check(self.log_time_delta >= 0, "log_time_delta", ">= 0 seconds")
 
@@ -95,6 +92,10 @@ class DistributedResult:
     """Final `TableStats` of the replay table (None if unavailable)."""
     replay_history: list[tuple[float, Any]]
     """(seconds since start, `TableStats`) per monitoring pass."""
+    replay_frames: dict[str, float] | None
+    """Final frame statistics of a frame-deduplicating replay table (`frames_per_item`, ...), else None."""
+    evaluations: int
+    """Evaluation rounds asked for so far (across resumes)."""
     wall_seconds: float
     run_dir: str
     resumed_from: int | None

@@ -1,77 +1,81 @@
 """The distributed program: build the nodes on Ray, watch them, stop them (spec §7).
 
-    result = run_distributed(config, "dmc:cartpole-swingup", num_actors=4, run_dir="runs/x", seed=0,
-                             max_actor_steps=1_000_000)
+    result = run_distributed(TrainConfig(env="dmc:cartpole-swingup", actors=4, steps=1_000_000),
+                             run_dir="runs/x")
+
+The run is a `TrainConfig`, read as the single-process trainer reads it: `steps` environment steps,
+a checkpoint every `checkpoint_every` and an evaluation round of `eval_episodes` every
+`eval_every` environment steps (one per crossed boundary), `keep_checkpoints`, replay contents in
+checkpoints and restored on resume when `save_replay`, none at all when `DMPOConfig.checkpoint` is
+off. `overlap_learner` has no meaning here (the learner always has its own node) and is refused by
+`TrainConfig`. `ProgramOptions` holds the layout-only knobs and the optional wall-clock periods.
 
 `DistributedProgram` does the work in three calls — `start()`, `poll()` (one monitoring pass, the
 driver's loop calls it about once a second) and `stop()` — so tests and tools can act between
-passes; `run_distributed` is the loop around it, inside `cluster.ray_cluster`.
+passes; `driver.run_distributed` is the loop around it, inside `cluster.ray_cluster`.
 
 Monitoring, per pass: the learner's and the replay node's health (a dead one stops the program with
 `NodeFailure`, never leaving the actors to run alone); finished or failed `run()` calls of the actors
 (a dead actor is replaced by a new one with a new seed, up to `max_actor_restarts` in all) and of the
-evaluator; the counter totals for the progress line and the `max_actor_steps` stop; a snapshot of the
-replay table's counters (kept in the result, so the rate limiter's behaviour can be inspected).
+evaluator; the counter totals for the progress line, the checkpoint and evaluation boundaries and
+the `steps` stop; a snapshot of the replay table's counters (kept in the result).
 
-Stopping: actors and evaluator are asked to stop, the learner finishes its step and writes a final
-checkpoint, the actors flush their writers and counts, the replay table is closed, every node is
-killed. On a cluster this call started, Ray itself is then shut down.
+Stopping: actors are asked to stop and flush their writers and counts, a finished run gets its final
+evaluation round, the learner finishes its step and writes a final checkpoint, the replay table is
+closed, every node is killed. On a cluster this call started, Ray itself is then shut down.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from dmpo.config import DMPOConfig
+from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory, environment_factory, next_boundary
+from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.actor import make_actor_node
-from dmpo.distributed.cluster import ray_cluster
-from dmpo.distributed.common import (
-    EnvironmentFactory,
-    NetworkFactory,
-    NodeSettings,
-    make_environment,
-    node_seed,
-)
+from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill, node_seed
 from dmpo.distributed.counter_service import RemoteCounterService
 from dmpo.distributed.evaluator import make_evaluator_node
 from dmpo.distributed.learner_node import make_learner_node
 from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
-from dmpo.distributed.replay_service import ReplayServiceConfig, make_rate_limiter, make_replay_service
+from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
+from dmpo.envs.registry import EnvironmentFactory
 from dmpo.types import make_environment_spec
 
 _ROLE_ACTOR, _ROLE_EVALUATOR, _ROLE_LEARNER, _ROLE_REPLAY = 1, 2, 3, 4
 
 
-class DistributedProgram:
-    """One distributed DMPO run on an initialised Ray cluster (see the module docstring)."""
+def _check_config(config: TrainConfig, resume: bool) -> None:
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if config.actors < 1:
+        raise ConfigError(f"TrainConfig.actors must be >= 1 for the distributed program, got {config.actors}")
+    if resume and not config.agent.checkpoint:
+        raise ConfigError("cannot resume: DMPOConfig.checkpoint is False, so this run writes no checkpoints")
 
-    def __init__(self, config: DMPOConfig, environment: str | EnvironmentFactory, *, run_dir: str | Path,
-                 seed: int = 0, options: ProgramOptions | None = None,
-                 network_factory: NetworkFactory | None = None, resume: bool = False,
-                 use_gpu: bool | None = None) -> None:
-        if not isinstance(config, DMPOConfig):
-            raise TypeError(f"config must be a DMPOConfig, got {type(config).__name__}")
-        if not (isinstance(environment, str) or callable(environment)):
-            raise TypeError(f"environment must be a task name or a factory(is_eval) -> env, "
-                            f"got {environment!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an integer, got {seed!r}")
-        if network_factory is not None and not callable(network_factory):
-            raise TypeError(f"network_factory must be callable(env_spec) -> DMPONetworks, "
-                            f"got {network_factory!r}")
-        self.config = config
-        self.environment = environment
+
+class DistributedProgram:
+    """One distributed DMPO run on an initialised Ray cluster (see the module docstring).
+
+    `env_factory` (default: the config's task) is called with each node's seed; `network_factory`
+    (`env_spec -> DMPONetworks`, default: the config's networks) is used by every node.
+    """
+
+    def __init__(self, config: TrainConfig, *, run_dir: str | Path, options: ProgramOptions | None = None,
+                 env_factory: EnvironmentFactory | None = None, network_factory: NetworkFactory | None = None,
+                 resume: bool = False, use_gpu: bool | None = None) -> None:
+        _check_config(config, resume)
+        if env_factory is not None and not callable(env_factory):
+            raise TypeError(f"env_factory must be callable(seed) -> environment, got {env_factory!r}")
+        self.config = config = config.resolved()
+        self.env_factory = env_factory or environment_factory(config)
         self.run_dir = Path(run_dir)
-        self.seed = seed
+        self.seed = config.seed
         self.options = options or ProgramOptions()
-        self.network_factory = network_factory
         self.resume = resume
         self._use_gpu = use_gpu
         self.actor_handles: list[Any] = []
@@ -95,19 +99,34 @@ class DistributedProgram:
         self._run: Any = None
         self._health: dict[str, tuple[Any, float]] = {}  # node -> (pending check, when it was sent)
         self._answered: set[str] = set()
+        self._save_ref: Any = None
+        self._last_save_time = 0.0
+        self.evaluations = 0
+        self._last_eval_step: int | None = None
         # Checked here, before any cluster starts: the run directory and the environment.
         self._latest_checkpoint = self._check_run_directory()
-        probe = make_environment(environment, is_eval=False, seed=seed)
-        self.env_spec = make_environment_spec(probe)
+        probe = self.env_factory(self.seed)
+        self.builder = DMPOBuilder(config.agent, make_environment_spec(probe),
+                                   network_factory=network_factory)
         probe.close()
+        restored = self._restored_state()
+        steps = restored.env_steps if restored is not None else 0
+        self.evaluations = restored.evaluations if restored is not None else 0
+        self._next_checkpoint = (next_boundary(steps, config.checkpoint_every)
+                                 if config.checkpoint_every and config.agent.checkpoint else None)
+        self._next_eval = next_boundary(steps, config.eval_every) if config.eval_every else None
+
+    @property
+    def env_spec(self) -> Any:
+        return self.builder.environment_spec
 
     def _check_run_directory(self) -> Path | None:
         """The checkpoint to resume from (None for a fresh run); raises if the directory disagrees."""
         from dmpo.runners.checkpoints import TrainingCheckpoints
 
         checkpoints = self.run_dir / "checkpoints"
-        latest = (TrainingCheckpoints(checkpoints, keep=self.options.keep_checkpoints)
-                  .latest(verify_contents=self.resume) if checkpoints.is_dir() else None)
+        latest = (TrainingCheckpoints(checkpoints).latest(verify_contents=self.resume)
+                  if checkpoints.is_dir() else None)
         if not self.resume:
             if latest is not None:
                 raise FileExistsError(f"{self.run_dir} already holds checkpoints ({latest.name}); pass "
@@ -119,42 +138,46 @@ class DistributedProgram:
             raise FileNotFoundError(f"cannot resume: no checkpoint in {checkpoints}")
         return latest
 
+    def _restored_state(self) -> CheckpointState | None:
+        if self._latest_checkpoint is None:
+            return None
+        state_file = self._latest_checkpoint / "state.json"
+        state = CheckpointState.from_json(json.loads(state_file.read_text()), where=str(state_file))
+        if not state.distributed:
+            raise ValueError(f"{self._latest_checkpoint} was written by the single-process trainer; "
+                             "resume it with actors = 0")
+        return state
+
     # ---------------------------------------------------------------------------------------- start
 
     def start(self) -> None:
         """Prepares the run directory and starts every node."""
-        from dmpo.replay import transition_signature
-
         self._started_at = time.monotonic()
+        self._last_save_time = self._started_at
         replay_path = self._prepare_run_directory()
-        env_spec = self.env_spec
+        config, opts = self.config, self.options
         self._settings = NodeSettings(
-            config=self.config, environment=self.environment, env_spec=env_spec, run_dir=str(self.run_dir),
-            seed=self.seed, network_factory=self.network_factory,
-            variable_update_period=self.options.variable_update_period,
-            log_time_delta=self.options.log_time_delta)
-        opts = self.options
+            builder=self.builder, env_factory=self.env_factory, run_dir=str(self.run_dir), seed=self.seed,
+            variable_update_period=opts.variable_update_period, log_time_delta=opts.log_time_delta)
         self.counter = RemoteCounterService.remote()
         replay_config = ReplayServiceConfig(
-            max_size=self.config.max_replay_size, rate_limiter=make_rate_limiter(self.config),
             seed=node_seed(self.seed, _ROLE_REPLAY),
-            max_concurrent_inserts=opts.num_actors * opts.max_inserts_in_flight + 1,
+            max_concurrent_inserts=config.actors * opts.max_inserts_in_flight + 1,
             max_concurrent_samples=opts.samples_in_flight + 1)
-        self.replay = make_replay_service(transition_signature(env_spec), replay_config,
-                                          restore_path=replay_path)
+        self.replay = make_replay_service(self.builder, replay_config, restore_path=replay_path)
         use_gpu = self._use_gpu if self._use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
         self.learner = make_learner_node(
             self._settings, node_seed(self.seed, _ROLE_LEARNER), self.replay, self.counter, use_gpu=use_gpu,
-            checkpoint_period_seconds=opts.checkpoint_period_seconds, keep_checkpoints=opts.keep_checkpoints,
-            checkpoint_replay=opts.checkpoint_replay, resume=self.resume,
-            samples_in_flight=opts.samples_in_flight, publish_interval=opts.variable_publish_seconds)
+            keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay, resume=self.resume,
+            replay_restored=replay_path is not None, samples_in_flight=opts.samples_in_flight,
+            publish_interval=opts.variable_publish_seconds)
         self._learner_ref = self.learner.run.remote(opts.max_learner_steps)
-        for index in range(opts.num_actors):
+        for index in range(config.actors):
             self._actor_generation.append(0)
             self.actor_handles.append(None)
             self._actor_refs.append(None)
             self._start_actor(index)
-        if opts.evaluator_period_seconds is not None:
+        if config.eval_every or opts.evaluator_period_seconds is not None:
             self._start_evaluator()
 
     def _prepare_run_directory(self) -> str | None:
@@ -176,7 +199,7 @@ class DistributedProgram:
             rewind_logs(self.run_dir, label, key, int(saved["learner_steps" if key == "learner_steps"
                                                          else "env_steps"]))
         replay = self._latest_checkpoint / "replay.npz"
-        return str(replay) if self.options.checkpoint_replay and replay.is_file() else None
+        return str(replay) if self.config.save_replay and replay.is_file() else None
 
     def _start_actor(self, index: int) -> None:
         assert self._settings is not None
@@ -190,10 +213,10 @@ class DistributedProgram:
         self._actor_refs[index] = handle.run.remote()
 
     def _start_evaluator(self) -> None:
-        assert self._settings is not None and self.options.evaluator_period_seconds is not None
+        assert self._settings is not None
         self.evaluator = make_evaluator_node(
             self._settings, node_seed(self.seed, _ROLE_EVALUATOR, 0, self._evaluator_generation),
-            self.learner, self.counter, episodes_per_round=self.options.evaluator_episodes,
+            self.learner, self.counter, episodes_per_round=max(self.config.eval_episodes, 1),
             period_seconds=self.options.evaluator_period_seconds)
         self._evaluator_ref = self.evaluator.run.remote()
 
@@ -206,8 +229,37 @@ class DistributedProgram:
         self._check_critical_nodes()
         self._check_actors()
         self._check_evaluator()
-        limit = self.options.max_actor_steps
-        return limit is not None and self.counts.get("actor_steps", 0) >= limit
+        self._schedule()
+        return self.counts.get("actor_steps", 0) >= self.config.steps
+
+    def _schedule(self) -> None:
+        """Checkpoints and evaluation rounds at the environment-step boundaries (and wall-clock periods)."""
+        steps = int(self.counts.get("actor_steps", 0))
+        period = self.options.checkpoint_period_seconds
+        if self._next_checkpoint is not None and steps >= self._next_checkpoint:
+            self._next_checkpoint = next_boundary(steps, self.config.checkpoint_every)
+            self.request_checkpoint()
+        elif period is not None and time.monotonic() - self._last_save_time >= period:
+            self.request_checkpoint()
+        if self._next_eval is not None and steps >= self._next_eval:
+            self._next_eval = next_boundary(steps, self.config.eval_every)
+            self._request_evaluation(steps)
+
+    def request_checkpoint(self) -> None:
+        """Asks the learner for a checkpoint (after the previous one is written: one at a time)."""
+        if self._save_ref is not None:
+            try:
+                ray.get(self._save_ref, timeout=self.options.stop_timeout_seconds)
+            except Exception as error:
+                raise NodeFailure(self._failure_message("learner", error)) from error
+        self._save_ref = self.learner.save.remote(self.evaluations)
+        self._last_save_time = time.monotonic()
+
+    def _request_evaluation(self, steps: int) -> None:
+        if self.evaluator is not None:
+            self.evaluations += 1
+            self._last_eval_step = steps
+            self.evaluator.request.remote()
 
     def _learner_finished(self) -> bool:
         ready, _ = ray.wait([self._learner_ref], timeout=0)
@@ -251,11 +303,10 @@ class DistributedProgram:
     def _failure_message(self, node: str, error: BaseException) -> str:
         from dmpo.runners.checkpoints import TrainingCheckpoints
 
-        checkpoints = TrainingCheckpoints(self.run_dir / "checkpoints", keep=self.options.keep_checkpoints)
-        latest = checkpoints.latest()
+        latest = TrainingCheckpoints(self.run_dir / "checkpoints").latest()
         where = (f"the latest checkpoint is {latest}; run again with resume=True to continue from it"
                  if latest is not None else "no checkpoint was written yet")
-        return (f"the {node} node failed ({type(error).__name__}: {_first_line(error)}); the distributed "
+        return (f"the {node} node failed ({type(error).__name__}: {first_line(error)}); the distributed "
                 f"program was stopped and all its nodes shut down; {where}")
 
     def _check_actors(self) -> None:
@@ -271,11 +322,11 @@ class DistributedProgram:
 
     def _replace_actor(self, index: int, error: BaseException) -> None:
         if self.actor_restarts >= self.options.max_actor_restarts:
-            raise NodeFailure(f"actor {index} failed ({type(error).__name__}: {_first_line(error)}) after "
+            raise NodeFailure(f"actor {index} failed ({type(error).__name__}: {first_line(error)}) after "
                               f"{self.actor_restarts} actor restarts (max_actor_restarts); the program "
                               "was stopped") from error
         self.actor_restarts += 1
-        _kill(self.actor_handles[index])
+        kill(self.actor_handles[index])
         self._actor_generation[index] += 1
         self._start_actor(index)
 
@@ -290,9 +341,9 @@ class DistributedProgram:
             self._evaluator_ref = None
         except Exception as error:
             if self._evaluator_generation >= self.options.max_actor_restarts:
-                raise NodeFailure(f"the evaluator failed ({type(error).__name__}: {_first_line(error)}) "
+                raise NodeFailure(f"the evaluator failed ({type(error).__name__}: {first_line(error)}) "
                                   "too often") from error
-            _kill(self.evaluator)
+            kill(self.evaluator)
             self._evaluator_generation += 1
             self._start_evaluator()
 
@@ -313,155 +364,40 @@ class DistributedProgram:
     def stop(self, status: str = "finished") -> DistributedResult:
         """Stops every node in order (module docstring) and returns the result; safe after a failure."""
         timeout = self.options.stop_timeout_seconds
-        for handle in [*self.actor_handles, self.evaluator]:
-            _call_quietly(handle, "stop")
-        _call_quietly(self.learner, "stop")
-        if self._learner_result is None and self._learner_ref is not None:
-            self._learner_result = _get_quietly(self._learner_ref, timeout)
-        for ref in self._actor_refs:
-            result = _get_quietly(ref, timeout)
+        for handle in self.actor_handles:
+            call_quietly(handle, "stop")
+        for ref in self._actor_refs:  # the actors flush their writers and push their counts
+            result = get_quietly(ref, timeout)
             if result is not None:
                 self._actor_results.append(result)
+        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
+        if self.evaluator is not None:
+            final_step = int((counts or self.counts).get("actor_steps", 0))
+            if status == "finished" and self.config.eval_every and self._last_eval_step != final_step:
+                self._request_evaluation(final_step)  # the final evaluation, as in one process
+            call_quietly(self.evaluator, "finish")
         if self._evaluator_ref is not None:
-            self._evaluator_returns.extend(_get_quietly(self._evaluator_ref, timeout) or [])
-        counts = _get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
-        replay_stats = _get_quietly(self.replay.stats.remote(), timeout) if self.replay else None
-        _call_quietly(self.replay, "close")
+            self._evaluator_returns.extend(get_quietly(self._evaluator_ref, timeout) or [])
+        get_quietly(self._save_ref, timeout)
+        if self.learner is not None:
+            try:
+                self.learner.stop.remote(self.evaluations)
+            except Exception:  # the node is already gone
+                pass
+        if self._learner_result is None and self._learner_ref is not None:
+            self._learner_result = get_quietly(self._learner_ref, timeout)
+        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
+        replay_stats = get_quietly(self.replay.stats.remote(), timeout) if self.replay else None
+        frames = get_quietly(self.replay.frame_stats.remote(), timeout) if self.replay else None
+        call_quietly(self.replay, "close")
         for handle in [*self.actor_handles, self.evaluator, self.learner, self.replay, self.counter]:
-            _kill(handle)
+            kill(handle)
         if self._run is not None:
-            self._run.set_status("finished" if status == "finished" else status)
+            self._run.set_status(status)
         return DistributedResult(
             status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
             actors=sorted(self._actor_results, key=lambda r: r["index"]), actor_restarts=self.actor_restarts,
             evaluator_returns=list(self._evaluator_returns), replay=replay_stats,
-            replay_history=list(self.replay_history), wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
+            replay_history=list(self.replay_history), replay_frames=frames, evaluations=self.evaluations,
+            wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
             resumed_from=(self._learner_result or {}).get("resumed_from"))
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else ""
-
-
-def _call_quietly(handle: Any, method: str) -> None:
-    if handle is None:
-        return
-    try:
-        getattr(handle, method).remote()
-    except Exception:  # the node is already gone
-        pass
-
-
-def _get_quietly(ref: Any, timeout: float) -> Any:
-    if ref is None:
-        return None
-    try:
-        return ray.get(ref, timeout=timeout)
-    except Exception:
-        return None
-
-
-def _kill(handle: Any) -> None:
-    if handle is None:
-        return
-    try:
-        ray.kill(handle, no_restart=True)
-    except Exception:
-        pass
-
-
-def run_distributed(
-    config: DMPOConfig,
-    environment: str | EnvironmentFactory,
-    *,
-    num_actors: int,
-    run_dir: str | Path,
-    seed: int = 0,
-    max_actor_steps: int | None = None,
-    max_learner_steps: int | None = None,
-    ray_address: str | None = None,
-    num_cpus: int | None = None,
-    network_factory: NetworkFactory | None = None,
-    variable_update_period: int = 1000,
-    evaluator_episodes: int = 1,
-    evaluator_period_seconds: float | None = 10.0,
-    checkpoint_period_seconds: float = 600.0,
-    progress: bool = True,
-    resume: bool = False,
-    options: ProgramOptions | None = None,
-    on_poll: Callable[[DistributedProgram], None] | None = None,
-) -> DistributedResult:
-    """Trains DMPO with `num_actors` acting nodes on Ray until a step limit (or Ctrl-C).
-
-    Args:
-      config: the agent's configuration (`samples_per_insert=None` ⇒ `MinSize` replay limiter).
-      environment: a task name for `dmpo.envs.make`, or `factory(is_eval: bool) -> dm_env.Environment`
-        (it may also take `seed=`; each node then gets its own seed).
-      num_actors: acting nodes.
-      run_dir: the run directory (config, logs, checkpoints); created if needed.
-      seed: base seed; every node derives its own from it (a replaced actor gets a new one).
-      max_actor_steps / max_learner_steps: stop conditions (at least one should be given).
-      ray_address: join this cluster; None starts a private local cluster (localhost only) and stops
-        it at the end. If Ray is already initialised in this process, that cluster is used.
-      num_cpus: CPUs of the private local cluster (None: all).
-      network_factory: `factory(env_spec) -> DMPONetworks` for every node (default: the config's).
-      variable_update_period: actor steps between asynchronous fetches of the target policy.
-      evaluator_episodes / evaluator_period_seconds: evaluation rounds (period None: no evaluator).
-      checkpoint_period_seconds: learner checkpoint period (plus one at the end).
-      progress: show the progress line on the driver.
-      resume: continue the run in `run_dir` from its latest checkpoint.
-      options: further layout settings; the keyword arguments above override its fields.
-      on_poll: called with the program after every monitoring pass (tools and tests).
-
-    Returns:
-      A `DistributedResult`. Raises `NodeFailure` when the learner, replay or counter node dies (after
-      stopping everything); re-raises KeyboardInterrupt after writing a final checkpoint.
-    """
-    options = dataclasses.replace(
-        options or ProgramOptions(), num_actors=num_actors, max_actor_steps=max_actor_steps,
-        max_learner_steps=max_learner_steps, variable_update_period=variable_update_period,
-        evaluator_episodes=evaluator_episodes, evaluator_period_seconds=evaluator_period_seconds,
-        checkpoint_period_seconds=checkpoint_period_seconds)
-    program = DistributedProgram(config, environment, run_dir=run_dir, seed=seed, options=options,
-                                 network_factory=network_factory, resume=resume)
-    with ray_cluster(ray_address, num_cpus=num_cpus):
-        return _drive(program, progress, on_poll)
-
-
-def _drive(program: DistributedProgram, progress: bool,
-           on_poll: Callable[[DistributedProgram], None] | None) -> DistributedResult:
-    from dmpo.utils.progress import Progress
-
-    status = "failed"
-    try:
-        program.start()
-        with Progress(program.options.max_actor_steps, enabled=progress, description="distributed") as bar:
-            shown = [0]
-            while not program.poll():
-                _show(program, bar, shown)
-                if on_poll is not None:
-                    on_poll(program)
-                time.sleep(program.options.poll_seconds)
-            _show(program, bar, shown)
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        result = program.stop(status)
-    return result
-
-
-def _show(program: DistributedProgram, bar: Any, shown: list[int]) -> None:
-    """Updates the progress line; `shown[0]` is how many evaluation episodes were shown already."""
-    if not bar.active:
-        return
-    counts = program.counts
-    latest = program.latest_evaluation()
-    new_return = None
-    if latest is not None and latest[0] > shown[0]:
-        shown[0] = latest[0]
-        new_return = latest[2]
-    bar.update(env_steps=int(counts.get("actor_steps", 0)), episodes=int(counts.get("actor_episodes", 0)),
-               learner_steps=int(counts.get("learner_steps", 0)), last_return=new_return)

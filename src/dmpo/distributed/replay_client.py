@@ -6,17 +6,15 @@
 the rate limiter holds inserts back, calls stay outstanding and the actor's environment loop stops
 at that wait — the limiter's backpressure reaches the actors without a round trip per step.
 
-`RemoteSampleStream` is the learner's iterator. A background thread keeps `num_in_flight` sample
-calls outstanding and up to `prefetch_size` finished batches queued, so the learner only waits
-when the replay node (or its rate limiter) really has nothing for it. Time spent waiting is
-measured so the fraction of learner time starved of data can be reported.
+`RemoteTableSampler` is the replay node seen as a table to sample from: the learner node wraps it
+in the builder's dataset (a `PrefetchingIterator` with one worker thread per sample call kept in
+flight), the same iterator the overlapped single-process agent uses, so partial samples are kept
+in both modes. `TimedBatches` measures how long the learner waited for data.
 """
 
 from __future__ import annotations
 
 import collections
-import queue
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,10 +22,6 @@ from typing import Any
 import numpy as np
 import ray
 import tree
-
-
-class StreamClosed(RuntimeError):
-    """The sample stream was closed while the learner waited for a batch."""
 
 
 class RemoteReplayWriter:
@@ -76,71 +70,47 @@ class RemoteReplayWriter:
         self.blocked_seconds += time.monotonic() - start
 
 
-class RemoteSampleStream:
-    """Iterator of sampled batches from the replay node, prefetched on a background thread."""
+class RemoteTableSampler:
+    """`sample(batch_size, timeout)` of the replay node, with `Table.sample`'s timeout contract.
 
-    def __init__(self, service: Any, batch_size: int, *, num_in_flight: int = 2, prefetch_size: int = 4,
-                 poll_seconds: float = 0.5) -> None:
-        for name, value in (("batch_size", batch_size), ("num_in_flight", num_in_flight),
-                            ("prefetch_size", prefetch_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    The node returns a partial batch (or None) when its rate limiter held the rest back; this
+    raises `RateLimiterTimeout(partial=...)` for it, as a local table does, so the builder's
+    `PrefetchingIterator` keeps every sampled item and joins partials into full batches.
+    """
+
+    def __init__(self, service: Any) -> None:
         self._service = service
-        self._batch_size = batch_size
-        self._num_in_flight = num_in_flight
-        self._poll_seconds = poll_seconds
-        self._ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch_size)
-        self._closed = threading.Event()
-        self._error: BaseException | None = None
+
+    def sample(self, batch_size: int, timeout: float | None = None) -> Any:
+        from dmpo.replay import RateLimiterTimeout
+
+        part = ray.get(self._service.sample.remote(batch_size, timeout))
+        got = 0 if part is None else int(tree.flatten(part)[0].shape[0])
+        if got < batch_size:
+            raise RateLimiterTimeout(f"replay node: {got}/{batch_size} items admitted within {timeout} s",
+                                     completed=got, partial=part)
+        return part
+
+
+class TimedBatches:
+    """Wraps the learner's batch iterator, adding up the time `next()` waited for data."""
+
+    def __init__(self, batches: Any) -> None:
+        self._batches = batches
         self.wait_seconds = 0.0
         self.batches = 0
-        self._thread = threading.Thread(target=self._fetch_loop, name="replay-prefetch", daemon=True)
-        self._thread.start()
 
-    def __iter__(self) -> RemoteSampleStream:
+    def __iter__(self) -> TimedBatches:
         return self
 
     def __next__(self) -> Any:
         start = time.monotonic()
         try:
-            while True:
-                if self._error is not None:
-                    raise RuntimeError("replay prefetch thread failed") from self._error
-                if self._closed.is_set():
-                    raise StreamClosed("replay sample stream is closed")
-                try:
-                    batch = self._ready.get(timeout=self._poll_seconds)
-                except queue.Empty:
-                    continue
-                self.batches += 1
-                return batch
+            batch = next(self._batches)
         finally:
             self.wait_seconds += time.monotonic() - start
+        self.batches += 1
+        return batch
 
     def close(self) -> None:
-        self._closed.set()
-        self._thread.join(timeout=5.0)
-
-    def _fetch_loop(self) -> None:
-        pending: collections.deque[Any] = collections.deque()
-        try:
-            while not self._closed.is_set():
-                while len(pending) < self._num_in_flight:
-                    pending.append(self._service.sample.remote(self._batch_size))
-                ready, _ = ray.wait([pending[0]], timeout=self._poll_seconds)
-                if not ready:
-                    continue
-                batch = ray.get(pending.popleft())
-                if batch is None:  # the rate limiter held it back; ask again
-                    continue
-                self._put(batch)
-        except BaseException as error:  # surfaced to the learner by __next__
-            self._error = error
-
-    def _put(self, batch: Any) -> None:
-        while not self._closed.is_set():
-            try:
-                self._ready.put(batch, timeout=self._poll_seconds)
-                return
-            except queue.Full:
-                continue
+        self._batches.close()

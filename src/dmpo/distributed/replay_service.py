@@ -1,13 +1,21 @@
-"""The replay node: one `dmpo.replay.Table` served from a Ray actor (spec §2, §7.2).
+"""The replay node: the builder's replay table served from a Ray actor (spec §2, §7.2).
+
+The table comes from `DMPOBuilder.make_table`, exactly as in the single-process agent: a
+`FrameStackTable` for stacked pixel observations, under the builder's `"ratio"` rate limiter unless
+the service config names another. A resumed run's table is loaded from the checkpoint's replay file.
 
 The table's rate limiter blocks callers, so the actor is threaded and its methods run in separate
 concurrency groups — inserts, samples and control calls (stats, save, close) each have their own
 threads. A writer blocked by the ratio limiter can therefore never starve the sampler that would
 unblock it, and `stats()` answers while both sides wait.
 
-A sample waits at most `call_timeout` seconds inside the service and then returns None (the caller
-asks again), so sampler threads are never held by a learner that went away. An insert waits as long
-as the limiter says: that wait is the backpressure writers feel, and `close()` ends it.
+A sample waits at most `call_timeout` seconds inside the service and then returns what it was
+admitted so far — a partial batch, or None — because the table has already counted those samples
+against the ratio: dropping them would starve the learner while the counter keeps rising.
+`replay_client.RemoteTableSampler` turns a partial batch back into the table's own
+`RateLimiterTimeout(partial=...)`, so the learner's `PrefetchingIterator` joins partials into full
+batches exactly as it does in one process. An insert waits as long as the limiter says: that wait is
+the backpressure writers feel, and `close()` ends it.
 """
 
 from __future__ import annotations
@@ -17,48 +25,34 @@ from typing import Any
 
 import ray
 
-from dmpo.config import DMPOConfig
-
-
-def make_rate_limiter(config: DMPOConfig) -> Any:
-    """The distributed table's limiter (spec §2): the sample/insert ratio, or `MinSize` when it is off.
-
-    The ratio's error buffer is `max(0.1·spi·min_replay_size, 2·spi, 1)` (Acme's JAX guard, spec §8.2
-    item 25), so the window is always wide enough for writers and the sampler not to deadlock.
-    """
-    from dmpo.replay import MinSize, SampleToInsertRatio
-
-    if config.samples_per_insert is None:
-        return MinSize(config.min_replay_size)
-    return SampleToInsertRatio.from_agent_defaults(float(config.samples_per_insert), config.min_replay_size)
+from dmpo.builder import DMPOBuilder
 
 
 @dataclasses.dataclass(frozen=True)
 class ReplayServiceConfig:
     """How the replay node is built and how many callers it serves at once."""
 
-    max_size: int
-    rate_limiter: Any
-    """A `dmpo.replay` rate limiter (a small frozen dataclass, so it travels to the node as is)."""
     seed: int | None = None
+    rate_limiter: Any = None
+    """A `dmpo.replay` rate limiter; None: the builder's `"ratio"` limiter."""
     max_concurrent_inserts: int = 8
     max_concurrent_samples: int = 4
     call_timeout: float = 1.0
-    """Seconds a blocked call waits inside the service before giving up (see the module docstring)."""
+    """Seconds a blocked sample waits inside the service before returning what it has."""
 
 
 class ReplayService:
     """Holds the table; see the module docstring for the threading model."""
 
-    def __init__(self, signature: Any, config: ReplayServiceConfig, restore_path: str | None = None) -> None:
-        from dmpo.replay import Table
-
+    def __init__(self, builder: DMPOBuilder, config: ReplayServiceConfig,
+                 restore_path: str | None = None) -> None:
         self._call_timeout = config.call_timeout
         limiter = config.rate_limiter
+        if limiter is None:
+            limiter = builder.make_rate_limiter("ratio")
+        self._table = builder.make_table(limiter, seed=config.seed)
         if restore_path is not None:
-            self._table = Table.restore(restore_path, rate_limiter=limiter)
-        else:
-            self._table = Table(signature, config.max_size, limiter, seed=config.seed)
+            self._table.load(restore_path)
 
     @ray.method(concurrency_group="insert")
     def insert_batch(self, items: Any, priorities: Any = None) -> int:
@@ -67,22 +61,30 @@ class ReplayService:
         return len(priorities) if priorities is not None else _leading_dim(items)
 
     @ray.method(concurrency_group="sample")
-    def sample(self, batch_size: int) -> Any:
-        """A batch `[B, …]`, or None if the rate limiter held it back for `call_timeout` seconds."""
+    def sample(self, batch_size: int, timeout: float | None = None) -> Any:
+        """`[B, …]`, or fewer items (or None) if the limiter held the rest back (module docstring)."""
         from dmpo.replay import RateLimiterTimeout
 
+        wait = self._call_timeout if timeout is None else min(timeout, self._call_timeout)
         try:
-            return self._table.sample(batch_size, timeout=self._call_timeout)
-        except RateLimiterTimeout:
-            return None
+            return self._table.sample(batch_size, timeout=wait)
+        except RateLimiterTimeout as timeout_error:
+            return timeout_error.partial
 
     @ray.method(concurrency_group="control")
     def stats(self) -> Any:
         return self._table.stats()
 
     @ray.method(concurrency_group="control")
+    def frame_stats(self) -> dict[str, float] | None:
+        """Frames alive per stored item (frame-deduplicating tables only, else None)."""
+        frame_stats = getattr(self._table, "frame_stats", None)
+        return None if frame_stats is None else frame_stats()
+
+    @ray.method(concurrency_group="control")
     def save(self, path: str) -> str:
-        return str(self._table.save(path))
+        self._table.save(path)
+        return path
 
     @ray.method(concurrency_group="control")
     def close(self) -> None:
@@ -99,7 +101,7 @@ def _leading_dim(items: Any) -> int:
     return int(tree.flatten(items)[0].shape[0])
 
 
-def make_replay_service(signature: Any, config: ReplayServiceConfig, *, restore_path: str | None = None,
+def make_replay_service(builder: DMPOBuilder, config: ReplayServiceConfig, *, restore_path: str | None = None,
                         name: str | None = None, namespace: str | None = None) -> Any:
     """Starts the replay node and returns its Ray actor handle."""
     groups = {
@@ -111,4 +113,4 @@ def make_replay_service(signature: Any, config: ReplayServiceConfig, *, restore_
     options: dict[str, Any] = {}
     if name is not None:
         options.update(name=name, namespace=namespace)
-    return cls.options(**options).remote(signature, config, restore_path)
+    return cls.options(**options).remote(builder, config, restore_path)

@@ -14,11 +14,12 @@ Modules: `registry` (make), `control_suite`, `gym_adapter`, `pixels`, `wrappers`
 from dmpo.envs.errors import EnvError
 from dmpo.envs.fakes import FakeEnvironment, ReachTarget
 from dmpo.envs.observations import flatten_observation, flatten_observation_spec
-from dmpo.envs.registry import DEFAULT_TASK, TaskFactory, available_tasks, make
+from dmpo.envs.registry import DEFAULT_TASK, EnvironmentFactory, TaskFactory, available_tasks, make
 
 __all__ = [
     "DEFAULT_TASK",
     "EnvError",
+    "EnvironmentFactory",
     "FakeEnvironment",
     "ReachTarget",
     "TaskFactory",

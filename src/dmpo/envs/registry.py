@@ -16,6 +16,8 @@ spans the last three agent steps rather than the last three control steps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import dm_env
 import numpy as np
 
@@ -125,12 +127,13 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
     return wrappers.SinglePrecisionWrapper(environment)
 
 
-class TaskFactory:
-    """A picklable `factory(is_eval, seed=None) -> environment` for one task name and its options.
+EnvironmentFactory = Callable[[int], dm_env.Environment]
+"""`factory(seed) -> environment`: the one factory type of every runner and node. Training and
+evaluation environments come from the same factory with different seeds."""
 
-    Used where environments are built in other processes (the distributed program's actor and
-    evaluator nodes); `is_eval` is accepted for the reference's factory signature and changes nothing.
-    """
+
+class TaskFactory:
+    """A picklable `EnvironmentFactory` for one task name and its options (Ray nodes build with it)."""
 
     def __init__(self, name: str, *, pixels: bool = False, action_repeat: int | None = None,
                  frame_stack: int = 3, image_size: int = 84, camera_id: int = 0) -> None:
@@ -138,8 +141,7 @@ class TaskFactory:
         self.options = dict(pixels=pixels, action_repeat=action_repeat, frame_stack=frame_stack,
                             image_size=image_size, camera_id=camera_id)
 
-    def __call__(self, is_eval: bool = False, seed: int | None = None) -> dm_env.Environment:
-        del is_eval
+    def __call__(self, seed: int | None = None) -> dm_env.Environment:
         return make(self.name, seed=seed, **self.options)
 
     def __repr__(self) -> str:

@@ -23,11 +23,12 @@ from dmpo.types import NestedArray
 from dmpo.utils.counting import Counter
 from dmpo.utils.logging import Logger, make_logger
 
-__all__ = ["Actor", "EnvironmentLoop", "Observer", "default_render", "evaluate"]
+__all__ = ["Agent", "EnvironmentLoop", "Observer", "default_render", "evaluate"]
 
 
-class Actor(Protocol):
-    """What the loop drives: acts on observations, sees every timestep, refreshes its parameters."""
+class Agent(Protocol):
+    """What the loop drives (a `dmpo.acting.Actor` or the `DMPO` agent): acts on observations, sees
+    every timestep, refreshes its parameters."""
 
     def select_action(self, observation: NestedArray) -> np.ndarray: ...
 
@@ -72,7 +73,7 @@ class EnvironmentLoop:
 
     Args:
       environment: a dm_env environment.
-      actor: see `Actor`.
+      actor: see `Agent`.
       counter: where `episodes` and `steps` are counted (a fresh root counter by default).
       logger: receives each episode's row (default: terminal, at most once per second).
       label: logger label and, for the default logger, the line prefix.
@@ -85,7 +86,7 @@ class EnvironmentLoop:
     def __init__(
         self,
         environment: dm_env.Environment,
-        actor: Actor,
+        actor: Agent,
         counter: Counter | None = None,
         logger: Logger | None = None,
         *,

@@ -9,23 +9,29 @@ training environment is re-created from `(seed, episode index)` at the start of 
 checkpoints, in a fresh run and in a resumed one alike, so the environment's own randomness does not
 need saving. With the synchronous learner, a run resumed from a checkpoint then repeats the
 uninterrupted run exactly (tested). A Ctrl-C writes a final checkpoint in the middle of an episode;
-resuming from that one continues training but starts a new episode.
+resuming from that one continues training but starts a new episode. A checkpoint without replay
+contents (`save_replay=False`) resumes with an empty table, and learning waits for
+`min_observations` fresh observations again (`DMPO.restart_learning`).
+
+`TrainConfig`'s periods mean the same here as in the distributed program: `checkpoint_every` and
+`eval_every` are environment steps (one checkpoint or evaluation per crossed boundary, at the next
+episode end), `DMPOConfig.checkpoint=False` writes no checkpoint at all.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import dm_env
 import jax
 import numpy as np
 
 from dmpo.agent import DMPO
+from dmpo.builder import CheckpointState, environment_factory, next_boundary
 from dmpo.config import ConfigError, TrainConfig
-from dmpo.envs import make
+from dmpo.envs import EnvironmentFactory
 from dmpo.networks import DMPONetworks
 from dmpo.runners.checkpoints import TrainingCheckpoints
 from dmpo.runners.environment_loop import EnvironmentLoop, evaluate
@@ -36,16 +42,7 @@ from dmpo.utils.counting import Counter
 from dmpo.utils.logging import make_logger
 from dmpo.utils.progress import Progress
 
-EnvironmentFactory = Callable[[int], dm_env.Environment]  # seed -> environment
-
 _EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
-
-
-def environment_factory(config: TrainConfig) -> EnvironmentFactory:
-    def factory(seed: int) -> dm_env.Environment:
-        return make(config.env, seed=seed, pixels=config.pixels, action_repeat=config.action_repeat)
-
-    return factory
 
 
 def segment_seed(seed: int, episode_index: int) -> int:
@@ -91,61 +88,73 @@ class LocalTrainer:
         self.agent = DMPO(self.spec, config.agent, networks=networks, seed=config.seed,
                           logger=self.learner_logger, counter=self.learner_counter,
                           overlap_learner=config.overlap_learner)
-        self.checkpoints = TrainingCheckpoints(run.checkpoints_dir, keep=config.keep_checkpoints)
+        self.checkpoints = (TrainingCheckpoints(run.checkpoints_dir, keep=config.keep_checkpoints)
+                            if config.agent.checkpoint else None)
+        self._last_checkpoint_step: int | None = None
         self.episodes = 0
         self.evaluations = 0
         self.last_eval: dict[str, Any] | None = None
         self._last_eval_step = -1
-        self.next_checkpoint = config.checkpoint_every or None
+        self.next_checkpoint = (config.checkpoint_every or None) if self.checkpoints is not None else None
         self.next_eval = config.eval_every or None
         if resume:
             self._restore()
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
+    def _state(self, mid_episode: bool) -> CheckpointState:
         counts = self.counter.get_counts()
-        return {
-            "counters": self.counter.state_dict(),
-            "children": {name: c.state_dict() for name, c in self._children().items()},
-            "num_observations": self.agent.num_observations,
-            "num_actions": self.agent.actor.num_actions,
-            "episodes": self.episodes,
-            "evaluations": self.evaluations,
-            "env_steps": int(counts.get("actor_steps", 0)),
-            "learner_steps": int(counts.get("learner_steps", 0)),
-            "mid_episode": False,
-        }
+        return CheckpointState(
+            env_steps=int(counts.get("actor_steps", 0)), learner_steps=int(counts.get("learner_steps", 0)),
+            counts=counts, num_observations=self.agent.num_observations,
+            learning_starts=self.agent.learning_starts, episodes=self.episodes, evaluations=self.evaluations,
+            num_actions=self.agent.actor.num_actions, pending_sgd_steps=self.agent.pending_sgd_steps,
+            mid_episode=mid_episode,
+            counters={"root": self.counter.state_dict(),
+                      **{name: c.state_dict() for name, c in self._children().items()}})
 
     def _children(self) -> dict[str, Counter]:
         return {"actor": self.actor_counter, "learner": self.learner_counter, "evaluator": self.eval_counter}
 
-    def save_checkpoint(self, mid_episode: bool = False) -> Path:
+    def save_checkpoint(self, mid_episode: bool = False) -> Path | None:
+        """Writes a checkpoint now (none when `DMPOConfig.checkpoint` is off); returns its folder."""
+        if self.checkpoints is None:
+            return None
         with self.agent.pause():
-            state = {**self._state(), "mid_episode": mid_episode}
+            state = self._state(mid_episode)
             table = self.agent.table if self.config.save_replay else None
-            return self.checkpoints.save(state["env_steps"], self.agent.learner.save_state(), state, table)
+            learner_state = self.agent.learner.save_state()
+            path = self.checkpoints.save(state.env_steps, learner_state, state.to_json(), table)
+        self._last_checkpoint_step = state.env_steps
+        return path
 
     def _restore(self) -> None:
-        latest = self.checkpoints.latest()
+        latest = None if self.checkpoints is None else self.checkpoints.latest()
         if latest is None:
-            raise FileNotFoundError(f"cannot resume: no checkpoint in {self.checkpoints.directory}")
-        learner_state, state, replay = TrainingCheckpoints.load(latest, self.agent.learner.save_state())
+            raise FileNotFoundError(f"cannot resume: no checkpoint in {self.run_dir.checkpoints_dir}")
+        learner_state, saved, replay = TrainingCheckpoints.load(latest, self.agent.learner.save_state())
+        state = CheckpointState.from_json(saved, where=str(latest / "state.json"))
+        if state.counters is None:
+            raise ValueError(f"{latest} was written by the distributed program; resume it with actors > 0")
         self.agent.learner.restore_state(learner_state)
+        self.counter.load_state_dict(state.counters["root"])
+        for name, child in self._children().items():
+            child.load_state_dict(state.counters[name])
+        self.agent.num_observations = state.num_observations
+        self.agent.learning_starts = state.learning_starts
+        self.agent.pending_sgd_steps = state.pending_sgd_steps
         if replay is not None:
             self.agent.table.load(replay)
-        self.counter.load_state_dict(state["counters"])
-        for name, child in self._children().items():
-            child.load_state_dict(state["children"][name])
-        self.agent.num_observations = state["num_observations"]
-        self.agent.actor.num_actions = state["num_actions"]
+        else:
+            self.agent.restart_learning()  # an empty table: wait for fresh observations first
+        self.agent.actor.num_actions = state.num_actions
         self.agent.actor.update(wait=True)
-        self.episodes = state["episodes"]
-        self.evaluations = state["evaluations"]
-        steps = state["env_steps"]
+        self.episodes = state.episodes
+        self.evaluations = state.evaluations
+        self._last_checkpoint_step = state.env_steps
         if self.config.checkpoint_every:
-            self.next_checkpoint = (steps // self.config.checkpoint_every + 1) * self.config.checkpoint_every
+            self.next_checkpoint = next_boundary(state.env_steps, self.config.checkpoint_every)
         if self.config.eval_every:
-            self.next_eval = (steps // self.config.eval_every + 1) * self.config.eval_every
+            self.next_eval = next_boundary(state.env_steps, self.config.eval_every)
         self.run_dir.mark_resumed()
 
     # -- evaluation and snapshots ---------------------------------------------------------------
@@ -153,7 +162,7 @@ class LocalTrainer:
         """Runs `eval_episodes` episodes with the target policy's mean; logs and snapshots it."""
         with self.agent.pause():
             params = jax.device_put(self.agent.learner.policy_params())
-        mean_fn = self._mean_fn()
+        mean_fn = self._mean_fn
         env = self.env_factory(segment_seed(self.config.seed + _EVAL_SEED_OFFSET, self.evaluations))
         result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
         self.evaluations += 1
@@ -164,14 +173,12 @@ class LocalTrainer:
         self.save_snapshot()
         self.last_eval = row
         self._last_eval_step = self.env_steps()
+        self._last_checkpoint_step = None  # the evaluation counts changed since the last checkpoint
         return row
 
+    @functools.cached_property
     def _mean_fn(self) -> Any:
-        if not hasattr(self, "_cached_mean_fn"):
-            from dmpo.acting import make_policy_fns
-
-            self._cached_mean_fn = make_policy_fns(self.agent.networks)[1]
-        return self._cached_mean_fn
+        return self.agent.builder.make_evaluation_policy()
 
     def save_snapshot(self) -> Path:
         counts = self.counter.get_counts()
@@ -197,11 +204,12 @@ class LocalTrainer:
                     self._run_segment()
                     if self.next_checkpoint is not None and self.env_steps() >= self.next_checkpoint:
                         self.save_checkpoint()
-                        self.next_checkpoint += config.checkpoint_every
+                        self.next_checkpoint = next_boundary(self.env_steps(), config.checkpoint_every)
                 if config.eval_every and self._last_eval_step != self.env_steps():
                     self.evaluate()
                 self.save_snapshot()
-                self.save_checkpoint()
+                if self._last_checkpoint_step != self.env_steps():
+                    self.save_checkpoint()
             except KeyboardInterrupt:
                 self.save_checkpoint(mid_episode=True)
                 self.run_dir.set_status("interrupted")
@@ -241,7 +249,7 @@ class LocalTrainer:
                               learner_steps=int(counts.get("learner_steps", 0)))
         if self.next_eval is not None and self.env_steps() >= self.next_eval:
             self.evaluate()
-            self.next_eval += self.config.eval_every
+            self.next_eval = next_boundary(self.env_steps(), self.config.eval_every)
 
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: bool = False,
@@ -250,6 +258,8 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
     """Trains in this process; returns a summary (env steps, episodes, last evaluation, counts, run dir)."""
     if config.actors:
         raise ConfigError("TrainConfig.actors must be 0 for single-process training; use dmpo.distributed")
+    if resume and not config.agent.checkpoint:
+        raise ConfigError("cannot resume: DMPOConfig.checkpoint is False, so this run writes no checkpoints")
     config = config.resolved()
     factory = env_factory or environment_factory(config)
     close = getattr(factory(config.seed), "close", None)  # an unknown task fails here, before a run exists

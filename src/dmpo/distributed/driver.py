@@ -1,0 +1,97 @@
+"""`run_distributed`: the driver's loop around a `DistributedProgram` (start, poll, stop).
+
+It starts (or joins) the Ray cluster, starts the program, polls it about once a second while a
+progress line shows the shared counts and the evaluator's latest return, and always stops the
+program — after a step limit, a node failure or Ctrl-C alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dmpo.builder import NetworkFactory
+from dmpo.config import TrainConfig
+from dmpo.distributed.cluster import ray_cluster
+from dmpo.distributed.options import DistributedResult, ProgramOptions
+from dmpo.distributed.program import DistributedProgram
+from dmpo.envs.registry import EnvironmentFactory
+
+
+def run_distributed(
+    config: TrainConfig,
+    run_dir: str | Path,
+    *,
+    env_factory: EnvironmentFactory | None = None,
+    network_factory: NetworkFactory | None = None,
+    options: ProgramOptions | None = None,
+    ray_address: str | None = None,
+    num_cpus: int | None = None,
+    progress: bool = True,
+    resume: bool = False,
+    on_poll: Callable[[DistributedProgram], None] | None = None,
+) -> DistributedResult:
+    """Trains DMPO with `config.actors` acting nodes on Ray for `config.steps` environment steps.
+
+    Args:
+      config: the run (module docstring: every field means what it means in one process).
+      run_dir: the run directory (config, logs, checkpoints); created if needed.
+      env_factory: `factory(seed) -> dm_env.Environment` for every acting node (default: the
+        config's task); each node calls it with its own seed.
+      network_factory: `factory(env_spec) -> DMPONetworks` for every node (default: the config's).
+      options: layout settings and optional wall-clock periods.
+      ray_address: join this cluster; None starts a private local cluster (localhost only) and stops
+        it at the end. If Ray is already initialised in this process, that cluster is used.
+      num_cpus: CPUs of the private local cluster (None: all).
+      progress: show the progress line on the driver.
+      resume: continue the run in `run_dir` from its latest checkpoint.
+      on_poll: called with the program after every monitoring pass (tools and tests).
+
+    Returns:
+      A `DistributedResult`. Raises `NodeFailure` when the learner, replay or counter node dies (after
+      stopping everything); re-raises KeyboardInterrupt after writing a final checkpoint.
+    """
+    program = DistributedProgram(config, run_dir=run_dir, options=options, env_factory=env_factory,
+                                 network_factory=network_factory, resume=resume)
+    with ray_cluster(ray_address, num_cpus=num_cpus):
+        return _drive(program, progress, on_poll)
+
+
+def _drive(program: DistributedProgram, progress: bool,
+           on_poll: Callable[[DistributedProgram], None] | None) -> DistributedResult:
+    from dmpo.utils.progress import Progress
+
+    status = "failed"
+    try:
+        program.start()
+        with Progress(program.config.steps, enabled=progress, description="distributed") as bar:
+            shown = [0]
+            while not program.poll():
+                _show(program, bar, shown)
+                if on_poll is not None:
+                    on_poll(program)
+                time.sleep(program.options.poll_seconds)
+            _show(program, bar, shown)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        result = program.stop(status)
+    return result
+
+
+def _show(program: DistributedProgram, bar: Any, shown: list[int]) -> None:
+    """Updates the progress line; `shown[0]` is how many evaluation episodes were shown already."""
+    if not bar.active:
+        return
+    counts = program.counts
+    latest = program.latest_evaluation()
+    new_return = None
+    if latest is not None and latest[0] > shown[0]:
+        shown[0] = latest[0]
+        new_return = latest[2]
+    bar.update(env_steps=int(counts.get("actor_steps", 0)), episodes=int(counts.get("actor_episodes", 0)),
+               learner_steps=int(counts.get("learner_steps", 0)), last_return=new_return)
