@@ -148,17 +148,17 @@ def _transition(batch=8):
     )
 
 
-@pytest.mark.parametrize("mode", ["batch", "per_image"])
+@pytest.mark.parametrize("mode", ["batch_shift", "image_shift"])
 def test_augment_transition_shifts_only_pixels_independently(mode):
     transition = _transition()
-    padding = "symmetric" if mode == "batch" else "edge"
+    padding = "symmetric" if mode == "batch_shift" else "edge"
     pixels = transition.observation["pixels"]
     pairs = []
     for seed in range(4):
         out = jax.jit(augment_transition, static_argnums=2)(jax.random.PRNGKey(seed), transition, mode)
         obs_offsets = _single_offsets(pixels, out.observation["pixels"], 4, padding)
         next_offsets = _single_offsets(pixels, out.next_observation["pixels"], 4, padding)
-        assert (len(set(obs_offsets)) == 1) == (mode == "batch")
+        assert (len(set(obs_offsets)) == 1) == (mode == "batch_shift")
         pairs.append((obs_offsets, next_offsets))
         # Everything that is not a uint8 image batch passes through unchanged.
         for field in ("action", "reward", "discount"):
@@ -183,11 +183,11 @@ def test_augment_transition_plain_array_observation_and_bad_mode():
     transition = _transition()._replace(
         observation=_images((8, 10, 10, 3), seed=7), next_observation=_images((8, 10, 10, 3), seed=8)
     )
-    out = augment_transition(jax.random.PRNGKey(9), transition, "per_image")
+    out = augment_transition(jax.random.PRNGKey(9), transition, "image_shift")
     _single_offsets(transition.observation, out.observation, 4, "edge")
     _single_offsets(transition.next_observation, out.next_observation, 4, "edge")
     with pytest.raises(ValueError, match="mode"):
-        augment_transition(jax.random.PRNGKey(0), transition, "batch_shift")
+        augment_transition(jax.random.PRNGKey(0), transition, "none")
 
 
 def test_is_pixels():

@@ -99,7 +99,7 @@ def test_distributed_train_and_resume_from_the_command_line(tmp_path):
     """`dmpo train --actors 2` on a private local Ray cluster keeps the TrainConfig and checkpoints."""
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "dmpo.cli"]
-    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin", "RAY_AUTH_MODE": "disabled"}
+    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
     common = ["--action-repeat", "8", "--eval-episodes", "1", *TINY]
     first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--run-dir", str(run), *common],
                            capture_output=True, text=True, timeout=600, env=env)

@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Nodes are new processes: hand them the tests' persistent XLA cache through the environment.
 os.environ.setdefault(

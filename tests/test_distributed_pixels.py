@@ -8,7 +8,6 @@ import os
 import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
 from dmpo.distributed import run_distributed  # noqa: E402

@@ -291,7 +291,7 @@ def test_augmentation_is_applied_inside_the_update(monkeypatch):
     augmented = make_update_fn(NETWORKS, dataclasses.replace(CONFIG, augmentation="image_shift"))
     got_state, got_metrics = augmented(state, batch)
     want_state, want_metrics = update_fn()(state, shift(batch))
-    assert calls == ["per_image"]
+    assert calls == ["image_shift"]
     for x, y in zip(leaves((got_state, got_metrics)), leaves((want_state, want_metrics)), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
 

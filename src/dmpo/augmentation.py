@@ -20,8 +20,10 @@ from dmpo.types import NestedArray, Transition
 
 PADDING_MODES = ("symmetric", "edge")
 
-# augment_transition mode → (one offset per image?, padding mode).
-AUGMENTATION_MODES = {"batch": (False, "symmetric"), "per_image": (True, "edge")}
+# `LearnerConfig.augmentation` (other than "none") → (one offset per image?, padding mode): the
+# reference's one shift per batch with mirror padding (spec §7.4), or DrQ's per-image shift with
+# replicate padding. The one table of augmentation modes; the learner passes its config value here.
+AUGMENTATION_MODES = {"batch_shift": (False, "symmetric"), "image_shift": (True, "edge")}
 
 
 def random_shift(
@@ -86,8 +88,8 @@ def _shift_pixel_leaves(
 def augment_transition(key: jax.Array, transition: Transition, mode: str, pad: int = 4) -> Transition:
     """Shifts the pixel leaves of `observation` and `next_observation` with independent offsets.
 
-    `mode` is `'batch'` (one offset per batch, symmetric padding, the reference) or `'per_image'`
-    (one offset per image, edge padding, DrQ). Non-pixel leaves (see `is_pixels`) and the other
+    `mode` is `'batch_shift'` (one offset per batch, symmetric padding, the reference) or
+    `'image_shift'` (one offset per image, edge padding, DrQ): `LearnerConfig.augmentation`'s values. Non-pixel leaves (see `is_pixels`) and the other
     fields are returned unchanged.
     """
     if mode not in AUGMENTATION_MODES:

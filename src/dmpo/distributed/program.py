@@ -268,8 +268,19 @@ class DistributedProgram:
         try:
             self._learner_result = ray.get(self._learner_ref)
         except Exception as error:
-            raise NodeFailure(self._failure_message("learner", error)) from error
+            raise NodeFailure(self._failure_message(self._culprit(), error)) from error
         return True
+
+    def _culprit(self) -> str:
+        """Which node to name when the learner's call failed: the replay node if it is gone (the
+        learner, waiting on it for data, is usually the first to notice), else the learner."""
+        try:
+            ray.get(self.replay.ping.remote(), timeout=5.0)
+        except ray.exceptions.RayActorError:
+            return "replay"
+        except Exception:  # slow or unreachable for another reason: do not guess
+            pass
+        return "learner"
 
     def _check_critical_nodes(self) -> None:
         """Non-blocking health checks: one outstanding call per node, answered or failed or overdue."""

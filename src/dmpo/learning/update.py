@@ -36,9 +36,6 @@ from dmpo.types import Transition
 
 DUAL_MINIMUM = -18.0
 
-# LearnerConfig.augmentation → mode of dmpo.augmentation.augment_transition.
-AUGMENTATION_MODES = {"batch_shift": "batch", "image_shift": "per_image"}
-
 Metrics = dict[str, jax.Array]
 UpdateFn = Callable[[TrainingState, Transition], tuple[TrainingState, Metrics]]
 
@@ -140,12 +137,9 @@ def compute_losses(networks: DMPONetworks, config: LearnerConfig, params: Params
 def _make_augment(config: LearnerConfig) -> Callable[[jax.Array, Transition], Transition] | None:
     if config.augmentation == "none":
         return None
-    if config.augmentation not in AUGMENTATION_MODES:
-        raise ValueError(f"LearnerConfig.augmentation must be one of {['none', *AUGMENTATION_MODES]}, "
-                         f"got {config.augmentation!r}")
-    from dmpo.augmentation import augment_transition  # pixel-only dependency
+    from dmpo.augmentation import augment_transition  # pixel-only dependency; it checks the mode
 
-    mode = AUGMENTATION_MODES[config.augmentation]
+    mode = config.augmentation  # LearnerConfig validated it on construction
     return lambda key, batch: augment_transition(key, batch, mode)
 
 
