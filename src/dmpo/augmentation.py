@@ -89,8 +89,8 @@ def augment_transition(key: jax.Array, transition: Transition, mode: str, pad: i
     """Shifts the pixel leaves of `observation` and `next_observation` with independent offsets.
 
     `mode` is `'batch_shift'` (one offset per batch, symmetric padding, the reference) or
-    `'image_shift'` (one offset per image, edge padding, DrQ): `LearnerConfig.augmentation`'s values. Non-pixel leaves (see `is_pixels`) and the other
-    fields are returned unchanged.
+    `'image_shift'` (one offset per image, edge padding, DrQ): `LearnerConfig.augmentation`'s values.
+    Non-pixel leaves (see `is_pixels`) and the other fields are returned unchanged.
     """
     if mode not in AUGMENTATION_MODES:
         raise ValueError(f"mode must be one of {tuple(AUGMENTATION_MODES)}, got {mode!r}")

@@ -40,6 +40,7 @@ from dmpo.distributed.actor import make_actor_node
 from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill, node_seed
 from dmpo.distributed.counter_service import RemoteCounterService
 from dmpo.distributed.evaluator import make_evaluator_node
+from dmpo.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
 from dmpo.distributed.learner_node import make_learner_node
 from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
@@ -97,8 +98,7 @@ class DistributedProgram:
         self._started_at: float | None = None
         self._settings: NodeSettings | None = None
         self._run: Any = None
-        self._health: dict[str, tuple[Any, float]] = {}  # node -> (pending check, when it was sent)
-        self._answered: set[str] = set()
+        self._health: HealthChecks | None = None
         self._save_ref: Any = None
         self._last_save_time = 0.0
         self.evaluations = 0
@@ -179,6 +179,10 @@ class DistributedProgram:
             self._start_actor(index)
         if config.eval_every or opts.evaluator_period_seconds is not None:
             self._start_evaluator()
+        self._health = HealthChecks(
+            {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
+             "counter": self.counter.get_counts.remote},
+            startup_timeout=opts.startup_timeout_seconds, health_timeout=opts.health_timeout_seconds)
 
     def _prepare_run_directory(self) -> str | None:
         """Creates or opens the run directory; returns the replay file to restore, if any."""
@@ -268,57 +272,24 @@ class DistributedProgram:
         try:
             self._learner_result = ray.get(self._learner_ref)
         except Exception as error:
-            raise NodeFailure(self._failure_message(self._culprit(), error)) from error
+            node = culprit_of_learner_failure(self.replay)
+            raise NodeFailure(self._failure_message(node, error)) from error
         return True
 
-    def _culprit(self) -> str:
-        """Which node to name when the learner's call failed: the replay node if it is gone (the
-        learner, waiting on it for data, is usually the first to notice), else the learner."""
-        try:
-            ray.get(self.replay.ping.remote(), timeout=5.0)
-        except ray.exceptions.RayActorError:
-            return "replay"
-        except Exception:  # slow or unreachable for another reason: do not guess
-            pass
-        return "learner"
-
     def _check_critical_nodes(self) -> None:
-        """Non-blocking health checks: one outstanding call per node, answered or failed or overdue."""
-        checks = {"learner": lambda: self.learner.ping.remote(),
-                  "replay": lambda: self.replay.stats.remote(),
-                  "counter": lambda: self.counter.get_counts.remote()}
-        now = time.monotonic()
-        for name, send in checks.items():
-            if name not in self._health:
-                self._health[name] = (send(), now)
-            ref, sent_at = self._health[name]
-            ready, _ = ray.wait([ref], timeout=0)
-            if not ready:
-                allowed = (self.options.health_timeout_seconds if name in self._answered
-                           else self.options.startup_timeout_seconds)
-                if now - sent_at > allowed:
-                    raise NodeFailure(self._failure_message(name, TimeoutError(
-                        f"no answer to a health check for {now - sent_at:.0f} s")))
-                continue
-            try:
-                value = ray.get(ref)
-            except Exception as error:
-                raise NodeFailure(self._failure_message(name, error)) from error
-            self._answered.add(name)
-            del self._health[name]
-            if name == "replay":
-                self.replay_history.append((self.elapsed(), value))
-            elif name == "counter":
-                self.counts = value
+        """Non-blocking health checks (`dmpo.distributed.health`): answered, failed or overdue."""
+        assert self._health is not None, "start() first"
+        try:
+            answers = self._health.poll()
+        except NodeDown as down:
+            raise NodeFailure(self._failure_message(down.node, down.error)) from down.error
+        if "replay" in answers:
+            self.replay_history.append((self.elapsed(), answers["replay"]))
+        if "counter" in answers:
+            self.counts = answers["counter"]
 
     def _failure_message(self, node: str, error: BaseException) -> str:
-        from dmpo.runners.checkpoints import TrainingCheckpoints
-
-        latest = TrainingCheckpoints(self.run_dir / "checkpoints").latest()
-        where = (f"the latest checkpoint is {latest}; run again with resume=True to continue from it"
-                 if latest is not None else "no checkpoint was written yet")
-        return (f"the {node} node failed ({type(error).__name__}: {first_line(error)}); the distributed "
-                f"program was stopped and all its nodes shut down; {where}")
+        return failure_message(node, error, self.run_dir)
 
     def _check_actors(self) -> None:
         refs = [ref for ref in self._actor_refs if ref is not None]
