@@ -37,6 +37,7 @@ import psutil  # noqa: E402
 import ray  # noqa: E402
 from ray import cloudpickle  # noqa: E402
 
+import waiting  # noqa: E402
 from dmpo.agent import DMPO  # noqa: E402
 from dmpo.builder import CheckpointState, DMPOBuilder  # noqa: E402
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
@@ -110,14 +111,9 @@ def fake_batch(count: int, start: int = 0):
     return type(signature)(*(leaf(spec) for spec in signature))
 
 
+
 def wait_for(condition, what: str, timeout: float = DEADLINE, period: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(period)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    return waiting.wait_for(condition, what, timeout, period)
 
 
 @pytest.fixture(scope="module")

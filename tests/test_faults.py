@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import waiting
 from dmpo.checkpointing import Checkpointer, verify_checkpoint_file
 from dmpo.replay import Table
 from dmpo.runners.checkpoints import TrainingCheckpoints
@@ -44,14 +45,9 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+
 def wait_for(condition, what: str, timeout: float = 120.0, period: float = 0.005):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(period)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    return waiting.wait_for(condition, what, timeout, period)
 
 
 def in_progress(directory: Path) -> bool:
