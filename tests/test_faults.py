@@ -155,7 +155,8 @@ def test_kill_9_across_checkpoint_writes_always_leaves_an_exact_checkpoint(tmp_p
 
 # ------------------------------------------------- kill -9 of `dmpo train`, then an exact resume
 
-TRAIN = [sys.executable, "-m", "dmpo.cli", "train", "--env", "gym:Pendulum-v1", "--steps", "1000",
+TRAIN_STEPS = 5000  # 25 checkpoints: 20 kills (at most one checkpoint of progress each) never finish it
+TRAIN = [sys.executable, "-m", "dmpo.cli", "train", "--env", "gym:Pendulum-v1", "--steps", str(TRAIN_STEPS),
          "--eval-every", "0", "--checkpoint-every", "200", "--keep-checkpoints", "2", "--no-progress", *TINY]
 
 
@@ -195,7 +196,7 @@ def test_kill_9_of_the_trainer_then_resume_repeats_the_uninterrupted_run(tmp_pat
     command = [*TRAIN, "--run-dir", str(run)]
     outcomes = []
     trial = -1
-    while (trial := trial + 1) < 4 or (len(TrainingCheckpoints(checkpoints).paths()) < 2 and trial < 10):
+    while (trial := trial + 1) < 20 or (len(TrainingCheckpoints(checkpoints).paths()) < 2 and trial < 30):
         saves = int(rng.integers(1, 3))  # kill inside the 1st or 2nd checkpoint write of this launch
         delay = float(rng.uniform(0.0, 0.002))  # the trainer's tiny checkpoints take a few ms to write
         kill_trainer(command, checkpoints, saves, delay)
@@ -217,7 +218,7 @@ def test_kill_9_of_the_trainer_then_resume_repeats_the_uninterrupted_run(tmp_pat
                              text=True, timeout=600, env=child_env())
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"skipping unusable checkpoint {newest}" in " ".join(resumed.stderr.split())
-    assert "finished: 1000 env steps" in resumed.stdout
+    assert f"finished: {TRAIN_STEPS} env steps" in resumed.stdout
     assert final_learner_digest(run) == final_learner_digest(tmp_path / "reference")
     print("trainer kill trials:", outcomes)
 
