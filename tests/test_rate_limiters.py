@@ -200,7 +200,7 @@ def _start(target, *args):
     return thread
 
 
-def _wait_for(predicate, seconds=5.0):
+def _wait_for(predicate, seconds=30.0):  # a bound for loaded CI machines, not a timing check
     deadline = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached"
