@@ -192,25 +192,24 @@ def _read_header(path: Path, blob: bytes) -> tuple[dict[str, Any], bytes]:
     return header, payload
 
 
-def verify_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The header of one checkpoint file after checking its checksums; `CheckpointError` otherwise."""
-    path = Path(path)
+def _read_verified(path: Path) -> tuple[dict[str, Any], bytes]:
+    """`(header, payload)` of one checkpoint file after checking its checksums."""
     try:
         blob = path.read_bytes()
     except OSError as error:
         raise CheckpointError(f"checkpoint {path}: cannot be read ({error})") from error
-    header, _ = _read_header(path, blob)
-    return header
+    return _read_header(path, blob)
+
+
+def verify_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The header of one checkpoint file after checking its checksums; `CheckpointError` otherwise."""
+    return _read_verified(Path(path))[0]
 
 
 def read_checkpoint(path: str | os.PathLike[str], template: Any) -> tuple[Any, dict[str, Any]]:
     """Reads one checkpoint file into the structure of `template`; see `Checkpointer.restore`."""
     path = Path(path)
-    try:
-        blob = path.read_bytes()
-    except OSError as error:
-        raise CheckpointError(f"checkpoint {path}: cannot be read ({error})") from error
-    header, payload = _read_header(path, blob)
+    header, payload = _read_verified(path)
     import flax.serialization
 
     template_dict = flax.serialization.to_state_dict(template)
