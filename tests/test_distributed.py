@@ -447,7 +447,9 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
     assert result.learner["steps"] == target and result.counts["learner_steps"] == target
     # Counts continue from the checkpoint and add up exactly across nodes.
     own_steps = sum(actor["steps"] for actor in result.actors)
-    assert len(result.actors) == 2 and all(actor["steps"] > 0 for actor in result.actors)
+    # Fresh data is needed (the restored ratio leaves a few steps of slack), but on a loaded machine the
+    # learner's 15 steps can end before the slower actor has acted at all: at least one actor must have.
+    assert len(result.actors) == 2 and own_steps > 0
     for actor in result.actors:  # whole episodes, all sent: T + n − 1 items per episode of T ≥ n steps
         assert actor["steps"] == EPISODE_LENGTH * actor["episodes"]
         assert actor["items_sent"] == (EPISODE_LENGTH + TINY.n_step - 1) * actor["episodes"]
