@@ -68,6 +68,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     # The reference's `DMPOConfig()`: the three values the preset changes, set back.
     "reference": ("--agent.learner.policy-learning-rate", "1e-4", "--agent.learner.critic-learning-rate",
                   "1e-4", "--agent.learner.target-policy-update-period", "100"),
+    # `dmpo train --preset fast` (`sample_efficient_preset()`), spelled out so that the tables show it.
+    "fast": ("--agent.samples-per-insert", "128", "--agent.networks.critic-layer-sizes", "256", "256", "256",
+             "--agent.learner.sgd-steps-per-call", "4"),
 }
 # Set by the tool itself for every run, so they may not appear among the extra flags.
 _OWN_FLAGS = ("--env", "--seed", "--steps", "--eval-every", "--eval-episodes", "--run-dir", "--resume",

@@ -22,7 +22,7 @@ from dmpo.benchmarking import (
     summarise,
     write_results_csv,
 )
-from dmpo.config import DMPOConfig, TrainConfig, control_suite_preset
+from dmpo.config import AGENT_PRESETS, DMPOConfig, TrainConfig, control_suite_preset, sample_efficient_preset
 from dmpo.runs import RunDirectory
 from dmpo.utils.logging import CSVLogger
 
@@ -276,7 +276,7 @@ def test_run_all_runs_jobs_at_once_and_reports_failures(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------- the script
 
 
-def test_presets_are_dmpo_trains_default_and_the_reference(learning):
+def test_presets_are_dmpo_trains_own_presets(learning):
     import tyro
 
     def agent(preset):
@@ -284,10 +284,12 @@ def test_presets_are_dmpo_trains_default_and_the_reference(learning):
 
     assert agent("default") == control_suite_preset()
     assert agent("reference") == DMPOConfig()
+    assert agent("fast") == sample_efficient_preset()
+    assert set(learning.PRESETS) == set(AGENT_PRESETS)
 
 
 @pytest.mark.parametrize("argv, option", [
-    (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--preset", "fast"], "--preset: unknown preset"),
+    (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--preset", "turbo"], "--preset: unknown preset"),
     (["--out", "o"], "--tasks: give at least one task"),
     (["--out", "o", "--tasks", "cartpole"], "--tasks: ['cartpole'] are not task names"),
     (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--seeds", "1", "1"], "--seeds must be distinct"),

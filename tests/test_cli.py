@@ -202,3 +202,42 @@ def test_resume_applies_the_flags_given_and_refuses_the_others(tmp_path, capsys)
         events = [(tag, step) for tag, step, _ in scalar_events(run / "tb" / label)]
         assert len(events) == len(set(events)), label
     assert load_curve(run, label_source="environment_loop").x.tolist() == [200.0, 400.0]
+
+
+def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
+    import dataclasses
+    import typing
+
+    import dmpo.cli
+    import dmpo.runners.local
+    from dmpo.config import AGENT_PRESETS, DMPOConfig, control_suite_preset, sample_efficient_preset
+
+    trained = []
+
+    def record(config, run_dir, *, resume, progress):
+        trained.append(config)
+        return {"env_steps": 0, "run_dir": str(run_dir)}
+
+    monkeypatch.setattr(dmpo.runners.local, "train", record)
+    run = ["--run-dir", str(tmp_path / "run")]
+    main(["train", *run])
+    main(["train", "--preset", "reference", *run])
+    main(["train", "--preset=fast", *run])
+    # A flag overrides the preset's value whether it comes before or after --preset.
+    main(["train", "--agent.samples-per-insert", "64", "--preset", "fast", "--seed", "3", *run])
+    main(["train", "--preset", "fast", "--agent.samples-per-insert", "64", *run])
+    fast = sample_efficient_preset()
+    assert [c.agent for c in trained] == [control_suite_preset(), DMPOConfig(), fast,
+                                          dataclasses.replace(fast, samples_per_insert=64.0),
+                                          dataclasses.replace(fast, samples_per_insert=64.0)]
+    assert trained[3].seed == 3
+
+    # The choices --help lists are the presets that exist.
+    hints = typing.get_type_hints(dmpo.cli.train, include_extras=True)
+    assert set(typing.get_args(typing.get_args(hints["preset"])[0])) == set(AGENT_PRESETS)
+
+    code, output = run_cli(["train", "--preset", "turbo", *run], capsys)
+    assert code == 2 and "turbo" in output and "fast" in output, output
+    code, output = run_cli(["train", "--resume", str(tmp_path / "run"), "--preset", "fast"], capsys)
+    assert code == 2 and "--preset fast with --resume" in " ".join(output.split()), output
+    assert len(trained) == 5  # neither error trained

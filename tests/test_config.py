@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from dmpo.config import (
+    AGENT_PRESETS,
     ConfigError,
     DMPOConfig,
     LearnerConfig,
@@ -14,6 +15,7 @@ from dmpo.config import (
     NetworkConfig,
     TrainConfig,
     control_suite_preset,
+    sample_efficient_preset,
 )
 
 
@@ -38,6 +40,19 @@ def test_training_preset_changes_only_the_documented_values():
                if getattr(preset.learner, f.name) != getattr(reference.learner, f.name)}
     assert changed == {"policy_learning_rate", "critic_learning_rate", "target_policy_update_period"}
     assert dataclasses.replace(preset, learner=reference.learner) == reference
+
+
+def test_sample_efficient_preset_changes_only_the_documented_values():
+    fast, default = sample_efficient_preset(), control_suite_preset()
+    assert (fast.samples_per_insert, fast.learner.sgd_steps_per_call) == (128.0, 4)
+    assert fast.networks.critic_layer_sizes == (256, 256, 256)
+    assert fast.observations_per_step == 2.0  # one update per two environment steps
+    assert dataclasses.replace(
+        fast, samples_per_insert=default.samples_per_insert,
+        learner=dataclasses.replace(fast.learner, sgd_steps_per_call=1),
+        networks=default.networks) == default
+    assert {name: make() for name, make in AGENT_PRESETS.items()} == {
+        "default": default, "reference": DMPOConfig(), "fast": fast}
 
 
 @pytest.mark.parametrize("make, field", [

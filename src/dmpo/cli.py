@@ -16,11 +16,11 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import tyro
 
-from dmpo.config import ConfigError, TrainConfig
+from dmpo.config import AGENT_PRESETS, ConfigError, TrainConfig
 
 
 def _fail(message: str) -> None:
@@ -32,6 +32,7 @@ def train(
     config: Annotated[TrainConfig, tyro.conf.arg(name="")] = TrainConfig(),  # noqa: B008 - tyro reads it
     run_dir: Path | None = None,
     resume: Path | None = None,
+    preset: Literal["default", "reference", "fast"] | None = None,
     progress: bool = True,
     ray_address: str | None = None,
 ) -> None:
@@ -39,6 +40,9 @@ def train(
 
     Args:
       config: the run's configuration.
+      preset: the agent config the flags apply to: default (`control_suite_preset()`), reference
+        (the reference's `DMPOConfig()`) or fast (`sample_efficient_preset()`: 4x the updates per env
+        step, smaller critic); flags given with it override its values, in any order.
       run_dir: where config, logs, checkpoints and snapshots go (default: runs/<timestamp>).
       resume: a run directory to continue from its newest checkpoint, with its saved config; flags
         given with it change steps, eval_every, eval_episodes, checkpoint_every, keep_checkpoints
@@ -48,6 +52,7 @@ def train(
     """
     from dmpo.checkpointing import CheckpointError
 
+    del preset  # `main` has already built the config from it, so that flags apply on top
     if resume is not None:
         if run_dir is not None and Path(run_dir) != Path(resume):
             _fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
@@ -85,6 +90,18 @@ def _resume_argument(args: list[str]) -> Path | None:
             return Path(args[index + 1])
         if arg.startswith("--resume="):
             return Path(arg.partition("=")[2])
+    return None
+
+
+def _preset_argument(args: list[str]) -> str | None:
+    """The NAME of `train ... --preset NAME` (or `--preset=NAME`) in raw arguments, else None."""
+    if not args or args[0] != "train":
+        return None
+    for index, arg in enumerate(args):
+        if arg == "--preset" and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith("--preset="):
+            return arg.partition("=")[2]
     return None
 
 
@@ -283,11 +300,19 @@ def main(argv: list[str] | None = None) -> None:
     # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
     warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
     args = list(sys.argv[1:] if argv is None else argv)
-    resume = _resume_argument(args)
+    resume, preset = _resume_argument(args), _preset_argument(args)
+    if resume is not None and preset is not None:
+        _fail(f"--preset {preset} with --resume {resume}: a resumed run keeps the config it was saved "
+              "with; give only --resume")
     try:
-        # With --resume, the flags given are parsed on top of the saved config, so that exactly those
-        # flags count (`_apply_resume_flags` checks which may change).
-        train_command = train if resume is None else functools.partial(train, config=_saved_config(resume))
+        # With --resume (or --preset), the flags given are parsed on top of the saved config (or the
+        # preset's), so that exactly those flags count (`_apply_resume_flags` checks which may change).
+        if resume is not None:
+            train_command = functools.partial(train, config=_saved_config(resume))
+        elif preset in AGENT_PRESETS:  # an unknown name is left to tyro, which lists the choices
+            train_command = functools.partial(train, config=TrainConfig(agent=AGENT_PRESETS[preset]()))
+        else:
+            train_command = train
         tyro.extras.subcommand_cli_from_dict(
             {"train": train_command, "eval": evaluate, "plot": plot},
             args=args,
