@@ -32,7 +32,7 @@ def train(
     config: Annotated[TrainConfig, tyro.conf.arg(name="")] = TrainConfig(),  # noqa: B008 - tyro reads it
     run_dir: Path | None = None,
     resume: Path | None = None,
-    preset: Literal["default", "reference", "fast"] | None = None,
+    preset: Literal["default", "reference", "fast"] = "default",
     progress: bool = True,
     ray_address: str | None = None,
 ) -> None:
