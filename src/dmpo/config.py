@@ -192,9 +192,9 @@ def control_suite_preset() -> DMPOConfig:
 def sample_efficient_preset() -> DMPOConfig:
     """`--preset fast`: `control_suite_preset()` with four times the updates per environment step
     (samples per insert 128, one update per 2 env steps, where SAC makes one per step) on a critic
-    of 256-256-256 instead of 512-512-256, which keeps the wall-clock per env step near the default's
-    at spi 64, and K = 4 updates per jitted call. Chosen by the grid in BENCHMARKS.md ("Learning
-    at 100k steps"); not the reference's values."""
+    of 256-256-256 instead of 512-512-256, which makes twice spi 64's updates in the same wall-clock,
+    and K = 4 updates per jitted call. Chosen by the grid in BENCHMARKS.md ("The sample-efficient
+    preset: the grid"); not the reference's values."""
     base = control_suite_preset()
     return dataclasses.replace(
         base, samples_per_insert=128.0,
