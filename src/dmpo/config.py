@@ -182,8 +182,8 @@ def control_suite_preset() -> DMPOConfig:
     `DMPOConfig()` in two values, each taken from one of the reference's own launchers (spec §10):
     policy and critic learning rate 3e-4 (the JAX agent's) instead of 1e-4, and a policy target period
     of 25 (the distributed control-suite launcher's) instead of 100. Measured at 100k steps, 3 seeds
-    (BENCHMARKS.md): cartpole-swingup 768.0, cheetah-run 160.7; the reference TF agent reached about
-    330 on cartpole-swingup."""
+    (BENCHMARKS.md): cartpole-swingup 766.5, walker-walk 358.5, cheetah-run 160.7; the reference TF
+    agent reached about 330 on cartpole-swingup."""
     learner = LearnerConfig(policy_learning_rate=3e-4, critic_learning_rate=3e-4,
                             target_policy_update_period=25)
     return DMPOConfig(learner=learner)
