@@ -223,12 +223,16 @@ class CheckpointState:
     distributed: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        from dmpo.formats import FORMAT_KEY, STATE_FORMAT
+
+        return {FORMAT_KEY: STATE_FORMAT, **dataclasses.asdict(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], *, where: str = "state.json") -> CheckpointState:
         from dmpo.checkpointing import CheckpointError
+        from dmpo.formats import STATE_FORMAT, check_format
 
+        check_format(data, STATE_FORMAT, where, CheckpointError)
         fields = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
         missing = sorted(required - set(data))

@@ -50,30 +50,55 @@ def train(
       progress: show a live progress line on a terminal.
       ray_address: join this Ray cluster instead of starting a local one (with --actors).
     """
-    from dmpo.checkpointing import CheckpointError
+    import contextlib
+
+    from dmpo.interrupts import exit_code, message
+    from dmpo.runlock import RunLockedError, run_lock
+    from dmpo.runs import check_run_path
 
     del preset  # `main` has already built the config from it, so that flags apply on top
-    if resume is not None:
-        if run_dir is not None and Path(run_dir) != Path(resume):
-            _fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
-        config = _apply_resume_flags(resume, config)
-        run_dir = resume
-    if config.pixels:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
-    if config.actors:
-        summary = _train_distributed(config, run_dir, resume=resume is not None, progress=progress,
-                                     ray_address=ray_address)
-    else:
-        from dmpo.envs import EnvError
-        from dmpo.runners.local import train as train_locally
-
-        try:
-            summary = train_locally(config, run_dir, resume=resume is not None, progress=progress)
-        except (EnvError, FileNotFoundError, FileExistsError, CheckpointError) as error:
-            _fail(str(error))
+    try:
+        with contextlib.ExitStack() as stack:
+            if resume is not None:
+                if run_dir is not None and Path(run_dir) != Path(resume):
+                    _fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
+                check_run_path(resume)
+                stack.enter_context(run_lock(resume))  # before the checkpoints are read (dmpo.runlock)
+                config = _apply_resume_flags(resume, config)
+                run_dir = resume
+            elif run_dir is not None:
+                check_run_path(run_dir)
+            summary = _train(config, run_dir, resume=resume is not None, progress=progress,
+                             ray_address=ray_address)
+    except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the checkpoint is written already
+        print(f"dmpo: {message(error)}", file=sys.stderr)
+        raise SystemExit(exit_code(error)) from None
+    except RunLockedError as error:
+        _fail(str(error))
+    except OSError as error:  # a file-system problem (permissions, full disk): the message names the path
+        _fail(str(error))
     last = summary.get("last_eval") or {}
     print(f"finished: {summary['env_steps']} env steps, run directory {summary['run_dir']}"
           + (f", last evaluation return {last['return_mean']:.1f}" if "return_mean" in last else ""))
+
+
+def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
+           ray_address: str | None) -> dict:
+    from dmpo.checkpointing import CheckpointError
+
+    if config.pixels:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
+    if config.actors:
+        return _train_distributed(config, run_dir, resume=resume, progress=progress,
+                                  ray_address=ray_address)
+    from dmpo.envs import EnvError
+    from dmpo.runners.local import train as train_locally
+
+    try:
+        return train_locally(config, run_dir, resume=resume, progress=progress)
+    except (EnvError, FileNotFoundError, FileExistsError, CheckpointError) as error:
+        _fail(str(error))
+        raise AssertionError("unreachable") from error
 
 
 # Settings that may differ on `--resume` (a longer budget, other periods, more actors); any other
@@ -146,12 +171,19 @@ def _apply_resume_flags(resume: Path, config: TrainConfig) -> TrainConfig:
         listed = ", ".join(f"{name} (saved {old!r}, given {new!r})" for name, (old, new) in fixed.items())
         _fail(f"--resume {resume}: these settings cannot change on resume, the checkpoint was made with "
               f"the saved ones: {listed}; only {', '.join(RESUMABLE_FIELDS)} may change")
+    from dmpo.runners.checkpoints import verify
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            TrainingCheckpoints(Path(resume) / "checkpoints", keep=config.keep_checkpoints).latest()
+            latest = TrainingCheckpoints(Path(resume) / "checkpoints", keep=config.keep_checkpoints).latest()
+            reached = int(verify(latest).get("env_steps", 0)) if latest is not None else None
         except CheckpointError as error:
             _fail(f"--resume {resume}: {error}")
+    if reached is not None and reached >= config.steps:  # nothing to train: change nothing
+        print(f"{resume} already reached {reached} env steps (steps {config.steps}); nothing to do. "
+              f"Pass --steps with a larger number to extend it.")
+        raise SystemExit(0)
     for warning in caught:
         print(f"dmpo: warning: {warning.message}", file=sys.stderr)
     warnings.filterwarnings("ignore", message="skipping unusable checkpoint")  # said once, above

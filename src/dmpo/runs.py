@@ -30,10 +30,12 @@ from typing import Any, Literal, TypeVar
 import dmpo
 from dmpo.config import ConfigError
 from dmpo.files import atomic_write_text
+from dmpo.formats import CONFIG_FORMAT, FORMAT_KEY, RUN_INFO_FORMAT, check_format
 
 __all__ = [
     "RunDirectory",
     "atomic_write_json",
+    "check_run_path",
     "config_from_dict",
     "config_to_dict",
     "default_run_id",
@@ -86,7 +88,8 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     """`{"type": "<module>.<Class>", "config": {...}}` for a dataclass instance (nested ones inline)."""
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"config must be a dataclass instance, got {type(config).__name__}")
-    return {"type": _type_name(type(config)), "config": _to_jsonable(config, type(config).__name__)}
+    return {"type": _type_name(type(config)), FORMAT_KEY: CONFIG_FORMAT,
+            "config": _to_jsonable(config, type(config).__name__)}
 
 
 def _expect(condition: bool, where: str, expected: str, value: Any) -> None:
@@ -183,6 +186,7 @@ def config_from_dict(data: Mapping[str, Any], cls: type[T] | None = None) -> T:
     """
     if "type" not in data or "config" not in data:
         raise ConfigError(f"a saved config needs the keys 'type' and 'config', got {sorted(data)}")
+    check_format(data, CONFIG_FORMAT, "the saved config", ConfigError)
     saved_type = data["type"]
     if cls is None:
         module, _, qualname = saved_type.rpartition(".")
@@ -243,6 +247,22 @@ def new_run_path(root: str | os.PathLike[str] = "runs", run_id: str | None = Non
     raise FileExistsError(f"no free run folder for {base} under {root}")
 
 
+def check_run_path(path: str | os.PathLike[str]) -> None:
+    """Raises an `OSError` naming the path when a run directory cannot live at `path`: it names a
+    file, or it (or the nearest existing folder above it) cannot be written. Checked before any work."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"run directory {path} is a file, not a folder")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(f"cannot create run directory {path}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write to {existing} (permission denied), so it cannot hold "
+                              f"run directory {path}")
+
+
 def _now_iso() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
@@ -280,8 +300,8 @@ class RunDirectory:
         saved = config_to_dict(config)  # fails on a non-dataclass before anything is created
         if run.path.exists() and any(run.path.iterdir()):
             if not exist_ok:
-                raise FileExistsError(f"run directory {run.path} exists and is not empty; "
-                                      f"pass exist_ok=True or use RunDirectory.open to resume it")
+                raise FileExistsError(f"run directory {run.path} exists and is not empty; continue it with "
+                                      f"`dmpo train --resume {run.path}` or choose another --run-dir")
             if run.config_path.exists():
                 with open(run.config_path, encoding="utf-8") as f:
                     existing = json.load(f)
@@ -293,6 +313,7 @@ class RunDirectory:
             (run.path / name).mkdir(exist_ok=True)
         atomic_write_json(run.config_path, saved)
         atomic_write_json(run.info_path, {
+            FORMAT_KEY: RUN_INFO_FORMAT,
             "command": list(sys.argv if command is None else command),
             "start_time": _now_iso(),
             "dmpo_version": dmpo.__version__,
@@ -318,7 +339,9 @@ class RunDirectory:
 
     def info(self) -> dict[str, Any]:
         with open(self.info_path, encoding="utf-8") as f:
-            return json.load(f)
+            info = json.load(f)
+        check_format(info, RUN_INFO_FORMAT, str(self.info_path), ConfigError)
+        return info
 
     def update_info(self, **fields: Any) -> dict[str, Any]:
         """Merges `fields` into run.json (atomically) and returns the new content."""
@@ -327,10 +350,12 @@ class RunDirectory:
         atomic_write_json(self.info_path, info)
         return info
 
-    def set_status(self, status: Status) -> None:
+    def set_status(self, status: Status, reason: str | None = None) -> None:
+        """Sets run.json's status; `reason` (e.g. why a run failed or stopped early) goes to
+        "status_reason", and a status given without one clears an earlier reason."""
         if status not in _STATUSES:
             raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
-        fields: dict[str, Any] = {"status": status}
+        fields: dict[str, Any] = {"status": status, "status_reason": reason}
         if status != "running":
             fields["end_time"] = _now_iso()
         self.update_info(**fields)
@@ -352,6 +377,7 @@ class RunDirectory:
         command = list(sys.argv if command is None else command)
         entry: dict[str, Any] = {"time": _now_iso(), "command": command}
         changes = info.pop("pending_config_changes", None)
+        info.pop("status_reason", None)
         if changes:
             entry["config_changes"] = changes
         info.update(status="running", resumes=[*info.get("resumes", []), entry])

@@ -18,6 +18,8 @@ from dmpo.distributed.cluster import ray_cluster
 from dmpo.distributed.options import DistributedResult, ProgramOptions
 from dmpo.distributed.program import DistributedProgram
 from dmpo.envs.registry import EnvironmentFactory
+from dmpo.interrupts import annotate, interrupt_on_signals
+from dmpo.runlock import run_lock
 
 
 def run_distributed(
@@ -53,10 +55,14 @@ def run_distributed(
       A `DistributedResult`. Raises `NodeFailure` when the learner, replay or counter node dies (after
       stopping everything); re-raises KeyboardInterrupt after writing a final checkpoint.
     """
-    program = DistributedProgram(config, run_dir=run_dir, options=options, env_factory=env_factory,
-                                 network_factory=network_factory, resume=resume)
-    with ray_cluster(ray_address, num_cpus=num_cpus):
-        return _drive(program, progress, on_poll)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    # One process per run directory (dmpo.runlock), taken before the program reads the checkpoints;
+    # SIGTERM/SIGHUP act as Ctrl-C (dmpo.interrupts), entered again once Ray has installed its own.
+    with run_lock(run_dir), interrupt_on_signals():
+        program = DistributedProgram(config, run_dir=run_dir, options=options, env_factory=env_factory,
+                                     network_factory=network_factory, resume=resume)
+        with ray_cluster(ray_address, num_cpus=num_cpus), interrupt_on_signals():
+            return _drive(program, progress, on_poll)
 
 
 def _drive(program: DistributedProgram, progress: bool,
@@ -64,6 +70,7 @@ def _drive(program: DistributedProgram, progress: bool,
     from dmpo.utils.progress import Progress
 
     status = "failed"
+    interrupt: KeyboardInterrupt | None = None
     try:
         program.start()
         with Progress(program.config.steps, enabled=progress, description="distributed") as bar:
@@ -75,11 +82,13 @@ def _drive(program: DistributedProgram, progress: bool,
                 time.sleep(program.options.poll_seconds)
             _show(program, bar, shown)
         status = "finished"
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP
+        status, interrupt = "interrupted", error
         raise
     finally:
         result = program.stop(status)
+        if interrupt is not None:
+            annotate(interrupt, int(result.counts.get("actor_steps", 0)), program.run_dir)
     return result
 
 

@@ -12,7 +12,8 @@ loadable; half-written folders are removed the next time the directory is opened
 A complete checkpoint is never replaced: a second save at the same environment step with a different
 state (a Ctrl-C in the episode after a periodic checkpoint: actor steps are counted at episode end)
 goes to `step_<N>-1`, `step_<N>-2`, ..., which sort after `step_<N>`. Old checkpoints are pruned only
-after the new one is in place, keeping the newest `keep`.
+after the new one is in place (`dmpo.runners.retention`: the new one and the newest verified one are
+never deleted, an unusable one is moved aside to `.corrupt-step_<N>`).
 
 `latest()` verifies the newest checkpoint (state.json parses, the learner file's and the replay
 file's checksums hold) and falls back to the previous kept one, with a warning naming the bad folder.
@@ -31,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from dmpo.checkpointing import Checkpointer, CheckpointError, verify_checkpoint_file
-from dmpo.files import fsync_directory
+from dmpo.files import atomic_write_text, fsync_directory
+from dmpo.runlock import is_mine_or_free
+from dmpo.runners.retention import prune
 
 _NAME = re.compile(r"^step_(\d{12})(?:-(\d+))?$")
 _TEMP_PREFIX = ".step_"
@@ -102,8 +105,11 @@ class TrainingCheckpoints:
         self.directory = Path(directory)
         self.keep = keep
         self.directory.mkdir(parents=True, exist_ok=True)
-        for stray in self.directory.glob(f"{_TEMP_PREFIX}*"):  # left by a run that was killed mid-save
-            shutil.rmtree(stray, ignore_errors=True)
+        # Folders left by a run killed mid-save; while another process holds the run (`dmpo.runlock`)
+        # they may be its save in progress, so only a run's lock holder (or nobody) removes them.
+        if is_mine_or_free(self.directory.parent):
+            for stray in self.directory.glob(f"{_TEMP_PREFIX}*"):
+                shutil.rmtree(stray, ignore_errors=True)
 
     def _entries(self) -> list[tuple[int, int, Path]]:
         found = [(int(m.group(1)), int(m.group(2) or 0), p) for p in self.directory.iterdir()
@@ -169,15 +175,14 @@ class TrainingCheckpoints:
                                                               learner_state, {"env_steps": step})
             if table is not None:
                 table.save(temp / "replay.npz")
-            (temp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+            atomic_write_text(temp / "state.json", json.dumps(state, indent=2, sort_keys=True) + "\n")
             fsync_directory(temp)
             os.rename(temp, final)  # `final` does not exist: a complete checkpoint is never replaced
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
         fsync_directory(self.directory)
-        for old in self.paths()[:-self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune(self.paths(), final, self.keep, verify)  # see dmpo.runners.retention
         return final
 
     @staticmethod

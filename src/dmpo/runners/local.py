@@ -20,6 +20,7 @@ episode end), `DMPOConfig.checkpoint=False` writes no checkpoint at all.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from pathlib import Path
@@ -32,9 +33,11 @@ from dmpo.agent import DMPO
 from dmpo.builder import CheckpointState, environment_factory, next_boundary
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvironmentFactory
+from dmpo.interrupts import CriticalCalls, annotate, interrupt_on_signals
 from dmpo.networks import DMPONetworks
 from dmpo.runners.checkpoints import TrainingCheckpoints
 from dmpo.runners.environment_loop import EnvironmentLoop, evaluate
+from dmpo.runlock import run_lock
 from dmpo.runs import RunDirectory, new_run_path
 from dmpo.snapshot import save_policy
 from dmpo.types import EnvironmentSpec, make_environment_spec
@@ -203,19 +206,25 @@ class LocalTrainer:
                 while self.env_steps() < config.steps:
                     self._run_segment()
                     if self.next_checkpoint is not None and self.env_steps() >= self.next_checkpoint:
-                        self.save_checkpoint()
+                        if self.env_steps() < config.steps:  # at the end: one final checkpoint, below
+                            self.save_checkpoint()
                         self.next_checkpoint = next_boundary(self.env_steps(), config.checkpoint_every)
                 if config.eval_every and self._last_eval_step != self.env_steps():
                     self.evaluate()
                 self.save_snapshot()
                 if self._last_checkpoint_step != self.env_steps():
                     self.save_checkpoint()
-            except KeyboardInterrupt:
-                self.save_checkpoint(mid_episode=True)
+            except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP (dmpo.interrupts)
+                try:
+                    self.save_checkpoint(mid_episode=True)
+                except BaseException as error:
+                    self._set_failed(error)
+                    raise error from interrupt
                 self.run_dir.set_status("interrupted")
+                annotate(interrupt, self.env_steps(), self.run_dir.path)
                 raise
-            except BaseException:
-                self.run_dir.set_status("failed")
+            except BaseException as error:
+                self._set_failed(error)
                 raise
             finally:
                 self.agent.close()
@@ -225,6 +234,10 @@ class LocalTrainer:
         return {"env_steps": self.env_steps(), "episodes": self.episodes, "last_eval": self.last_eval,
                 "counts": self.counter.get_counts(), "run_dir": str(self.run_dir.path)}
 
+    def _set_failed(self, error: BaseException) -> None:
+        with contextlib.suppress(OSError):  # a full disk must not hide the error that stopped the run
+            self.run_dir.set_status("failed", reason=f"{type(error).__name__}: {error}")
+
     def _segment_done(self) -> bool:
         steps = self.env_steps()
         checkpoint_due = self.next_checkpoint is not None and steps >= self.next_checkpoint
@@ -232,7 +245,8 @@ class LocalTrainer:
 
     def _run_segment(self) -> None:
         env = self.env_factory(segment_seed(self.config.seed, self.episodes))
-        loop = EnvironmentLoop(env, self.agent, self.actor_counter, self.loop_logger,
+        # An interrupt waits for the end of the agent call it arrives in (dmpo.interrupts.critical).
+        loop = EnvironmentLoop(env, CriticalCalls(self.agent), self.actor_counter, self.loop_logger,
                                should_stop=self._segment_done, on_episode_end=self._on_episode_end)
         try:
             loop.run()
@@ -271,10 +285,17 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
         run = RunDirectory.open(run_dir)
     else:
         run = RunDirectory.create(run_dir or new_run_path(), config, seed=config.seed)
-    trainer = LocalTrainer(config, run, resume=resume, env_factory=factory, networks=networks,
-                           progress=progress, quiet=quiet)
-    start = time.monotonic()
-    summary = trainer.run()
+    # One process per run directory (dmpo.runlock); SIGTERM/SIGHUP act as Ctrl-C (dmpo.interrupts).
+    with run_lock(run.path), interrupt_on_signals():
+        try:
+            trainer = LocalTrainer(config, run, resume=resume, env_factory=factory, networks=networks,
+                                   progress=progress, quiet=quiet)
+        except KeyboardInterrupt:  # before the first step: nothing new to save
+            if not resume:
+                run.set_status("interrupted")
+            raise
+        start = time.monotonic()
+        summary = trainer.run()
     summary["wall_seconds"] = time.monotonic() - start
     return summary
 

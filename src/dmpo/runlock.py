@@ -1,0 +1,107 @@
+"""One process per run directory: an exclusive `fcntl.flock` on `<run>/.lock`, held for the whole run.
+
+`dmpo train` (fresh or `--resume`) and `run_distributed` take the lock before they read or change
+anything in the run directory, and keep it until the run has ended, however it ends; a second
+process fails at once with `RunLockedError` naming the holder's pid (written into the lock file).
+The kernel drops a flock when its holder exits, even on `kill -9`, so a stale lock never blocks a
+resume. Readers (`dmpo eval`, `dmpo plot`) take no lock.
+
+The lock is re-entrant within one process (the CLI takes it before it reads the checkpoints, the
+trainer takes it again): a second flock on a new file descriptor of the same file would conflict
+with the first on Linux, so this module keeps one descriptor per run directory and a count.
+
+`is_mine_or_free(run)` lets shared code (cleaning a killed save's temporary folders) act only where
+no other process holds the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["LOCK_NAME", "RunLockedError", "is_mine_or_free", "run_lock"]
+
+LOCK_NAME = ".lock"
+_held: dict[str, tuple[int, int]] = {}  # resolved run directory -> (file descriptor, depth)
+
+
+class RunLockedError(RuntimeError):
+    """Another process holds the run directory's lock."""
+
+
+def _key(run_dir: str | os.PathLike[str]) -> str:
+    return str(Path(run_dir).resolve())
+
+
+def _holder(lock_file: Path) -> str:
+    try:
+        pid = lock_file.read_text().strip()
+    except OSError:
+        pid = ""
+    return pid or "unknown"
+
+
+def acquire(run_dir: str | os.PathLike[str]) -> None:
+    """Takes the lock of `run_dir` (an existing folder) or raises `RunLockedError`."""
+    key = _key(run_dir)
+    if key in _held:
+        fd, depth = _held[key]
+        _held[key] = (fd, depth + 1)
+        return
+    lock_file = Path(run_dir) / LOCK_NAME
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunLockedError(f"run directory {run_dir} is in use by process {_holder(lock_file)} "
+                             f"(lock {lock_file}); wait for it to end or stop it first") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held[key] = (fd, 1)
+
+
+def release(run_dir: str | os.PathLike[str]) -> None:
+    key = _key(run_dir)
+    fd, depth = _held[key]
+    if depth > 1:
+        _held[key] = (fd, depth - 1)
+        return
+    del _held[key]
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    os.close(fd)  # closing the descriptor releases the flock
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Holds the lock of `run_dir` for the block (see the module docstring)."""
+    acquire(run_dir)
+    try:
+        yield
+    finally:
+        release(run_dir)
+
+
+def is_mine_or_free(run_dir: str | os.PathLike[str]) -> bool:
+    """True unless another process holds the lock of `run_dir` right now."""
+    if _key(run_dir) in _held:
+        return True
+    lock_file = Path(run_dir) / LOCK_NAME
+    try:
+        fd = os.open(lock_file, os.O_RDONLY)
+    except OSError:
+        return True  # no lock file: no run has ever held this folder
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # also drops the shared lock taken just to look
+    return True
