@@ -21,7 +21,8 @@ import signal
 import threading
 from collections.abc import Iterator
 
-__all__ = ["CriticalCalls", "Interrupted", "annotate", "critical", "exit_code", "interrupt_on_signals", "message"]
+__all__ = ["CriticalCalls", "Interrupted", "annotate", "critical", "exit_code", "interrupt_on_signals",
+           "message"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

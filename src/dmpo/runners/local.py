@@ -35,9 +35,9 @@ from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvironmentFactory
 from dmpo.interrupts import CriticalCalls, annotate, interrupt_on_signals
 from dmpo.networks import DMPONetworks
+from dmpo.runlock import run_lock
 from dmpo.runners.checkpoints import TrainingCheckpoints
 from dmpo.runners.environment_loop import EnvironmentLoop, evaluate
-from dmpo.runlock import run_lock
 from dmpo.runs import RunDirectory, new_run_path
 from dmpo.snapshot import save_policy
 from dmpo.types import EnvironmentSpec, make_environment_spec
