@@ -15,7 +15,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
-from dmpo.distributed.cluster import start_local_cluster  # noqa: E402
+from dmpo.distributed.cluster import start_local_cluster, stop_local_cluster  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -49,8 +49,12 @@ def _connect(address: str, **auth: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-def test_private_cluster_listens_on_loopback_only_and_requires_its_token():
+def test_private_cluster_listens_on_loopback_only_and_requires_its_token(monkeypatch, tmp_path):
     assert not ray.is_initialized()
+    user_token_file = tmp_path / "token"  # a user's own setting: put back when the cluster stops
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(user_token_file))
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     info = start_local_cluster(num_cpus=1)
     try:
         @ray.remote
@@ -69,10 +73,20 @@ def test_private_cluster_listens_on_loopback_only_and_requires_its_token():
 
         token = os.environ["RAY_AUTH_TOKEN"]
         assert os.environ["RAY_AUTH_MODE"] == "token" and len(token) == 64
-        refused = _connect(info.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
-        assert refused.returncode != 0 and "CONNECTED" not in refused.stdout
-        assert token not in refused.stdout + refused.stderr  # the cluster does not echo its token
+        for auth in ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64},  # a wrong token
+                     {"RAY_AUTH_MODE": "token"},  # no token at all
+                     {"RAY_AUTH_MODE": "disabled"}):  # a client with authentication off
+            refused = _connect(info.address, **auth)
+            assert refused.returncode != 0 and "CONNECTED" not in refused.stdout, auth
+            assert token not in refused.stdout + refused.stderr  # the cluster does not echo its token
         accepted = _connect(info.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
         assert "CONNECTED 42" in accepted.stdout, accepted.stderr[-2000:]
+
+        # Session files (logs, sockets) are private to this user.
+        assert info.session_dir and os.stat(info.session_dir).st_mode & 0o077 == 0, info.session_dir
+        assert os.stat(os.path.dirname(info.session_dir)).st_mode & 0o077 == 0
     finally:
-        ray.shutdown(wait_for_processes=True)
+        stop_local_cluster()
+    # The process environment is as it was: no token for later child processes, the user's path back.
+    assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
+    assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(user_token_file)

@@ -18,7 +18,13 @@ Why the token: loopback ports are open to every user of the machine, and anyone 
 Ray cluster can run code as its owner. Each private cluster gets a fresh random token
 (`RAY_AUTH_MODE=token`, `RAY_AUTH_TOKEN`): Ray's servers refuse every gRPC/HTTP request without it.
 It lives only in the environment of this process and of the cluster's processes (which inherit it;
-/proc/<pid>/environ is readable by the owner only), never in a file or a log line.
+/proc/<pid>/environ is readable by the owner only), never in a file or a log line; when the cluster
+shuts down, this process's RAY_AUTH_MODE, RAY_AUTH_TOKEN and RAY_AUTH_TOKEN_PATH are put back as they
+were, so later child processes do not inherit a dead cluster's token.
+
+Session files: a private cluster keeps them under a fresh `dmpo-ray-*` folder of the system temp
+folder, readable by its owner only (0700), and leaves them there for a post-mortem, as Ray does.
+Every private Ray API this needs lives in `dmpo.distributed.ray_internals`.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import Iterator
 
 import ray
 
-_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+from dmpo.distributed import ray_internals
+
 _LOOPBACK = "127.0.0.1"
 
 
@@ -48,36 +56,45 @@ class ClusterInfo:
     """GPUs Ray reports for the whole cluster."""
 
 
-@contextlib.contextmanager
-def _local_only_binding() -> Iterator[None]:
-    """Make Ray bind every server of a new local cluster to the loopback interface."""
-    from ray._private import ray_constants
-
-    old_env = os.environ.get(_LOCAL_ONLY_ENV)
-    old_flag = ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[_LOCAL_ONLY_ENV] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = old_flag
-        if old_env is None:
-            os.environ.pop(_LOCAL_ONLY_ENV, None)
-        else:
-            os.environ[_LOCAL_ONLY_ENV] = old_env
+_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+_saved_env: dict[str, str | None] | None = None  # the variables above before start_local_cluster
 
 
 def _use_private_token() -> None:
-    """Switch this process (and the processes it starts) to token authentication with a new token."""
+    """Switch this process (and the processes it starts) to token authentication with a new token;
+    `_restore_environment` puts the user's variables back."""
     import secrets
 
-    from ray._raylet import AuthenticationTokenLoader, Config
-
+    global _saved_env
+    if _saved_env is None:
+        _saved_env = {name: os.environ.get(name) for name in _AUTH_ENV}
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # 256 bits, as Ray's own generator
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)  # the variable above must be the token used
-    Config.initialize("")  # Ray caches its config and the token: make it read the new ones
-    AuthenticationTokenLoader.instance().reset_cache()
+    ray_internals.reset_auth_caches()
+
+
+def _restore_environment() -> None:
+    """Puts back the authentication variables saved by `_use_private_token` (none set: removed)."""
+    global _saved_env
+    if _saved_env is None:
+        return
+    for name, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _saved_env = None
+    ray_internals.reset_auth_caches()
+
+
+def stop_local_cluster() -> None:
+    """Shuts down the cluster `start_local_cluster` started (waiting for its processes) and restores
+    this process's environment as it was before."""
+    try:
+        ray.shutdown(wait_for_processes=True)
+    finally:
+        _restore_environment()
 
 
 def start_local_cluster(num_cpus: int | None = None, *,
@@ -86,17 +103,27 @@ def start_local_cluster(num_cpus: int | None = None, *,
     if num_cpus is not None and (not isinstance(num_cpus, int) or num_cpus < 1):
         raise ValueError(f"num_cpus must be a positive integer or None, got {num_cpus!r}")
     _use_private_token()
-    with _local_only_binding():
-        context = ray.init(
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            dashboard_host=_LOOPBACK,
-            _node_ip_address=_LOOPBACK,
-            object_store_memory=object_store_memory,
-            configure_logging=False,
-            log_to_driver=True,
-        )
+    # Session files (logs, sockets) under a folder only this user can enter: Ray makes its own
+    # folders world-writable (0777) on purpose, for clusters shared by several users.
+    temp_root = tempfile.mkdtemp(prefix="dmpo-ray-")  # 0700
+    try:
+        with ray_internals.local_only_binding():
+            context = ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                dashboard_host=_LOOPBACK,
+                _node_ip_address=_LOOPBACK,
+                object_store_memory=object_store_memory,
+                configure_logging=False,
+                log_to_driver=True,
+                **{ray_internals.TEMP_DIR_ARGUMENT: temp_root},
+            )
+    except BaseException:
+        _restore_environment()
+        raise
     info = context.address_info
+    if info.get("session_dir"):
+        os.chmod(info["session_dir"], 0o700)
     return ClusterInfo(address=info["address"], session_dir=info.get("session_dir"), owned=True,
                        num_gpus=float(ray.cluster_resources().get("GPU", 0.0)))
 
@@ -104,8 +131,7 @@ def start_local_cluster(num_cpus: int | None = None, *,
 def _joined(owned: bool = False) -> ClusterInfo:
     context = ray.get_runtime_context()
     address = context.gcs_address
-    session_dir = getattr(ray._private.worker._global_node, "get_session_dir_path", lambda: None)()
-    return ClusterInfo(address=address, session_dir=session_dir, owned=owned,
+    return ClusterInfo(address=address, session_dir=ray_internals.session_dir(), owned=owned,
                        num_gpus=float(ray.cluster_resources().get("GPU", 0.0)))
 
 
@@ -124,4 +150,7 @@ def ray_cluster(address: str | None = None, *, num_cpus: int | None = None) -> I
         yield cluster
     finally:
         # A joined cluster is left running; either way this process disconnects.
-        ray.shutdown(wait_for_processes=cluster.owned)
+        if cluster.owned:
+            stop_local_cluster()
+        else:
+            ray.shutdown(wait_for_processes=False)

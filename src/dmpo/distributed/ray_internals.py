@@ -1,0 +1,67 @@
+"""Every use of Ray's private API in dmpo, in one place (`tests/test_ray_internals.py` checks each).
+
+Ray keeps no compatibility promise for these names; `pyproject.toml` caps Ray below its next major
+version, and the test fails naming the missing name when a Ray release moves one. What each is for:
+
+* `ray._private.ray_constants.ENABLE_RAY_CLUSTER`: Ray's "local-only" switch, read when Ray is
+  imported; flipped while a private cluster starts so that its servers bind to 127.0.0.1
+  (`dmpo.distributed.cluster`).
+* `ray._raylet.Config.initialize` and `ray._raylet.AuthenticationTokenLoader`: Ray caches its
+  config and its authentication token per process; both are reset after the token in the
+  environment changes.
+* `ray._private.worker._global_node.get_session_dir_path`: the session directory of the cluster this
+  process is connected to (Ray has no public accessor).
+* `ray.init(_temp_dir=...)`: where a private cluster keeps its session files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+__all__ = ["PRIVATE_NAMES", "TEMP_DIR_ARGUMENT", "local_only_binding", "reset_auth_caches", "session_dir"]
+
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+TEMP_DIR_ARGUMENT = "_temp_dir"
+PRIVATE_NAMES = (  # (module, attribute path) of every private name used here
+    ("ray._private.ray_constants", "ENABLE_RAY_CLUSTER"),
+    ("ray._raylet", "Config.initialize"),
+    ("ray._raylet", "AuthenticationTokenLoader.instance"),
+    ("ray._private.worker", "_global_node"),
+)
+
+
+@contextlib.contextmanager
+def local_only_binding() -> Iterator[None]:
+    """Make Ray bind every server of a new local cluster to the loopback interface."""
+    from ray._private import ray_constants
+
+    old_env = os.environ.get(LOCAL_ONLY_ENV)
+    old_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOCAL_ONLY_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = old_flag
+        if old_env is None:
+            os.environ.pop(LOCAL_ONLY_ENV, None)
+        else:
+            os.environ[LOCAL_ONLY_ENV] = old_env
+
+
+def reset_auth_caches() -> None:
+    """Make this process read RAY_AUTH_MODE / RAY_AUTH_TOKEN from the environment again."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def session_dir() -> str | None:
+    """The session directory of the cluster this process is connected to, or None."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    return getattr(node, "get_session_dir_path", lambda: None)()
