@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -139,11 +140,14 @@ def test_agent_learns_reach_target(tmp_path):
     assert final > standing_still + 0.6 * (optimum - standing_still), summary["last_eval"]
 
 
-def test_resume_after_kill_continues_exactly(tmp_path):
+@pytest.mark.parametrize("sgd_steps_per_call", [1, 4])
+def test_resume_after_kill_continues_exactly(tmp_path, sgd_steps_per_call):
+    """With 4 updates per call, a checkpoint can hold due updates not run yet (pending_sgd_steps)."""
     env_factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1,  # noqa: E731
                                                episode_length=10, seed=seed % 1000)
+    learner = LearnerConfig(num_samples=3, sgd_steps_per_call=sgd_steps_per_call)
     config = dataclasses.replace(reach_config(300), checkpoint_every=150, keep_checkpoints=5,
-                                 agent=tiny_config(min_replay_size=20, max_replay_size=500))
+                                 agent=tiny_config(min_replay_size=20, max_replay_size=500, learner=learner))
     # Uninterrupted run.
     train(config, tmp_path / "full", env_factory=env_factory, progress=False, quiet=True)
     # A run "killed" after its first checkpoint: copy the full run and drop everything after step 150.
@@ -157,6 +161,8 @@ def test_resume_after_kill_continues_exactly(tmp_path):
         if step > 150:
             shutil.rmtree(killed.directory / f"step_{step:012d}")
     assert killed.steps() == [150]
+    if sgd_steps_per_call > 1:  # the case this parameter is here for
+        assert json.loads((killed.paths()[0] / "state.json").read_text())["pending_sgd_steps"] > 0
     train(config, tmp_path / "killed", resume=True, env_factory=env_factory, progress=False, quiet=True)
 
     full = TrainingCheckpoints(tmp_path / "full" / "checkpoints")
