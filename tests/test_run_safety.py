@@ -1,0 +1,169 @@
+"""Runs that survive how clusters keep and share them (issue 20): retention never drops the checkpoint
+just written, formats carry versions, one process per run directory, interrupts wait for a learner
+step to end. The real `dmpo train` under SIGTERM is in tests/test_interrupts_cli.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dmpo.builder import CheckpointState
+from dmpo.checkpointing import CheckpointError
+from dmpo.config import ConfigError, TrainConfig
+from dmpo.interrupts import Interrupted, critical, exit_code, interrupt_on_signals
+from dmpo.runlock import RunLockedError, is_mine_or_free, run_lock
+from dmpo.runners.checkpoints import TrainingCheckpoints
+from dmpo.runs import RunDirectory, check_run_path, config_from_dict, config_to_dict
+
+
+def learner_state(value: float) -> dict:
+    return {"w": np.full((3, 2), value, np.float32), "step": np.asarray(int(value), np.int32)}
+
+
+def state(step: int) -> dict:
+    return {"env_steps": step, "learner_steps": step // 2}
+
+
+def flip_one_bit(checkpoint):
+    (learner_file,) = (checkpoint / "learner").glob("checkpoint_*.ckpt")
+    data = bytearray(learner_file.read_bytes())
+    data[-3] ^= 0x01
+    learner_file.write_bytes(bytes(data))
+
+
+# ------------------------------------------------------------------------------------------ retention
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_retention_keeps_the_checkpoint_just_written_and_moves_a_corrupt_one_aside(tmp_path, keep):
+    """The issue's sequence: save 2000 and 3000, flip one bit in 3000, fall back, save 2500."""
+    checkpoints = TrainingCheckpoints(tmp_path, keep=3)
+    older = checkpoints.save(2000, learner_state(2.0), state(2000))
+    newest = checkpoints.save(3000, learner_state(3.0), state(3000))
+    flip_one_bit(newest)
+    with pytest.warns(RuntimeWarning, match=newest.name):
+        assert checkpoints.latest() == older
+    checkpoints = TrainingCheckpoints(tmp_path, keep=keep)
+    with pytest.warns(RuntimeWarning, match="moved it aside") as warned:
+        written = checkpoints.save(2500, learner_state(2.5), state(2500))
+    assert len([w for w in warned if "moved it aside" in str(w.message)]) == 1  # reported once
+    assert checkpoints.latest() == written  # no warning: the corrupt folder is out of the way
+    # The corrupt folder takes no slot: keep 1 keeps 2500 alone, keep 2 keeps 2000 and 2500.
+    assert checkpoints.paths() == ([older, written] if keep == 2 else [written])
+    assert (tmp_path / ".corrupt-step_000000003000").is_dir()  # its bytes kept for a post-mortem
+    checkpoints.save(2600, learner_state(2.6), state(2600))  # reported once: nothing left to move
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".corrupt")) == [
+        ".corrupt-step_000000003000"]
+
+
+def test_retention_never_deletes_the_newest_verified_checkpoint(tmp_path):
+    checkpoints = TrainingCheckpoints(tmp_path, keep=1)
+    checkpoints.save(1000, learner_state(1.0), state(1000))
+    newer = checkpoints.save(4000, learner_state(4.0), state(4000))
+    written = checkpoints.save(2500, learner_state(2.5), state(2500))  # after a fallback, say
+    assert checkpoints.paths() == [written, newer]
+
+
+# ------------------------------------------------------------------------------------ format versions
+
+
+def test_state_json_carries_a_version_and_a_newer_one_is_refused(tmp_path):
+    saved = CheckpointState(env_steps=5, learner_steps=2, counts={}, num_observations=5,
+                            learning_starts=1, episodes=1, evaluations=0, num_actions=5).to_json()
+    assert saved["format_version"] == 1
+    assert CheckpointState.from_json(saved).env_steps == 5
+    with pytest.raises(CheckpointError, match=r"state.json has format version 2, .* format version 1"):
+        CheckpointState.from_json({**saved, "format_version": 2})
+
+
+def test_config_and_run_json_carry_versions_and_a_newer_one_is_refused(tmp_path):
+    saved = config_to_dict(TrainConfig())
+    assert saved["format_version"] == 1
+    assert config_from_dict(saved, TrainConfig) == TrainConfig()
+    with pytest.raises(ConfigError, match="format version 3, .* format version 1"):
+        config_from_dict({**saved, "format_version": 3}, TrainConfig)
+    run = RunDirectory.create(tmp_path / "run", TrainConfig(), seed=0)
+    assert run.info()["format_version"] == 1
+    run.update_info(format_version=2)
+    with pytest.raises(ConfigError, match="run.json has format version 2"):
+        run.info()
+
+
+def test_status_carries_a_reason_until_the_next_resume(tmp_path):
+    run = RunDirectory.create(tmp_path / "run", TrainConfig(), seed=0)
+    run.set_status("failed", reason="OSError: [Errno 28] No space left on device")
+    assert run.info()["status"] == "failed" and "No space" in run.info()["status_reason"]
+    run.mark_resumed()
+    assert run.info()["status"] == "running" and "status_reason" not in run.info()
+
+
+# ------------------------------------------------------------------------------ one process per run
+
+_HOLD = """
+import sys, time
+from dmpo.runlock import run_lock
+with run_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_process_is_refused_naming_the_holder_and_its_temporary_folders_are_left_alone(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / ".step_in_progress").mkdir(parents=True)  # the holder's save in progress
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert not is_mine_or_free(run)
+        with pytest.raises(RunLockedError, match=f"in use by process {holder.pid}"):
+            with run_lock(run):
+                pass
+        TrainingCheckpoints(run / "checkpoints")  # opening the checkpoints must not clean them up
+        assert (run / "checkpoints" / ".step_in_progress").is_dir()
+    finally:
+        holder.kill()
+        holder.wait(30)
+    assert is_mine_or_free(run)  # the kernel dropped the lock of the killed holder
+    with run_lock(run), run_lock(run):  # re-entrant in one process
+        assert is_mine_or_free(run)
+        TrainingCheckpoints(run / "checkpoints")  # the lock holder removes a killed save's leftovers
+    assert not (run / "checkpoints" / ".step_in_progress").exists()
+
+
+def test_run_paths_that_cannot_hold_a_run_are_named(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(NotADirectoryError, match=f"run directory {a_file} is a file"):
+        check_run_path(a_file)
+    with pytest.raises(NotADirectoryError, match=f"{a_file} is a file"):
+        check_run_path(a_file / "run")
+    check_run_path(tmp_path / "new" / "run")  # a folder that can be created is fine
+    with pytest.raises(FileExistsError, match=f"dmpo train --resume {tmp_path}"):
+        RunDirectory.create(tmp_path, TrainConfig())
+
+
+# ----------------------------------------------------------------------------------------- interrupts
+
+
+def test_sigterm_and_sighup_raise_interrupted_with_shell_exit_codes():
+    for signum, code in [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)]:
+        with pytest.raises(KeyboardInterrupt) as raised, interrupt_on_signals():
+            os.kill(os.getpid(), signum)  # Python runs the handler before the next bytecode
+        assert isinstance(raised.value, Interrupted) and exit_code(raised.value) == code
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+    assert exit_code(KeyboardInterrupt()) == 130
+
+
+def test_an_interrupt_waits_for_the_end_of_a_critical_block():
+    finished = []
+    with pytest.raises(Interrupted), interrupt_on_signals():
+        with critical():
+            os.kill(os.getpid(), signal.SIGTERM)
+            finished.append("the learner step")  # not cut in half
+        finished.append("after")  # never reached: raised at the block's end
+    assert finished == ["the learner step"]
