@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import subprocess
 import sys
 
@@ -83,9 +85,20 @@ def test_train_eval_plot_end_to_end(tmp_path):
     assert evaluation.returncode == 0, evaluation.stderr[-3000:]
     assert "dmc:cartpole-swingup: return" in evaluation.stdout and video.stat().st_size > 0
 
-    resumed = subprocess.run([*cli, "train", "--resume", str(run)], capture_output=True, text=True,
-                             timeout=600, env=env)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]  # already at its budget: resumes and finishes
+    at_budget = subprocess.run([*cli, "train", "--resume", str(run)], capture_output=True, text=True,
+                               timeout=600, env=env)
+    assert at_budget.returncode == 0, at_budget.stderr[-3000:]
+    assert "already reached 250 env steps" in at_budget.stdout  # says so, and trains nothing
+    resumed = subprocess.run([*cli, "train", "--resume", str(run), "--steps", "375", "--no-progress"],
+                             capture_output=True, text=True, timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume: steps 250 -> 375" in resumed.stderr and "finished: 375 env steps" in resumed.stdout
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "finished" and len(info["resumes"]) == 1
+    assert info["resumes"][0]["config_changes"] == {"steps": {"from": 250, "to": 375}}
+    loop_steps = [int(row["actor_steps"]) for row in
+                  csv.DictReader((run / "logs/environment_loop/logs.csv").open())]
+    assert loop_steps == [125, 250, 375]  # one row per episode: the resume continued, nothing repeated
 
     png = tmp_path / "curves.png"
     plot = subprocess.run([*cli, "plot", str(run), "-o", str(png), "--label", "environment_loop"],
