@@ -254,3 +254,20 @@ def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
     code, output = run_cli(["train", "--resume", str(tmp_path / "run"), "--preset", "fast"], capsys)
     assert code == 2 and "--preset fast with --resume" in " ".join(output.split()), output
     assert len(trained) == 5  # neither error trained
+
+
+def test_file_system_problems_are_one_line_naming_the_path(tmp_path, capsys):
+    """Each used to be a 29-38-line traceback; now checked before any work starts."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    cases = [
+        (["train", "--run-dir", str(a_file)], f"run directory {a_file} is a file"),
+        (["train", "--run-dir", str(a_file / "run")], f"{a_file} is a file"),
+        (["plot", str(tmp_path), "-o", str(a_file / "curves.png")], f"the folder {a_file} does not exist"),
+        (["plot", str(tmp_path), "-o", str(tmp_path)], f"--output {tmp_path} is a folder"),
+        (["eval", str(tmp_path), "--video", str(a_file / "v.mp4")], f"the folder {a_file} does not exist"),
+    ]
+    for argv, expected in cases:
+        code, output = run_cli(argv, capsys)
+        assert code == 2 and expected in output, (argv, output)
+        assert output.strip().count("\n") == 0 and output.startswith("dmpo: error:"), (argv, output)

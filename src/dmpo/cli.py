@@ -233,6 +233,17 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
             "last_eval": last_eval}
 
 
+def _check_output(flag: str, path: Path) -> None:
+    """An output file's folder exists and can be written, or one line naming it, before any work."""
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        _fail(f"{flag} {path}: the folder {folder} does not exist")
+    if path.is_dir():
+        _fail(f"{flag} {path} is a folder; name a file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        _fail(f"{flag} {path}: cannot write to the folder {folder} (permission denied)")
+
+
 def _check_spec_matches(trained: object, environment: object, name: str) -> None:
     """The policy was trained on observations and actions of these shapes, or a clear error."""
     import jax
@@ -270,8 +281,8 @@ def evaluate(
         _fail(f"--episodes must be a positive integer, got {episodes}")
     if video is not None and video.suffix.lower() not in (".mp4", ".gif"):
         _fail(f"--video must name a .mp4 or .gif file, got {str(video)!r}")
-    if video is not None and not video.resolve().parent.is_dir():
-        _fail(f"--video {video}: the folder {video.resolve().parent} does not exist")
+    if video is not None:
+        _check_output("--video", video)
     from dmpo.envs import EnvError, make
     from dmpo.runners.environment_loop import evaluate as run_evaluation
     from dmpo.snapshot import SnapshotError, load_policy
@@ -320,10 +331,11 @@ def plot(
 
     if not runs:
         _fail("give at least one run directory")
+    _check_output("--output", output)
     y = y or ("return_mean" if label == "evaluator" else "episode_return")
     try:
         path = plot_runs(list(runs), output, x=x, y=y, label_source=label)
-    except (FileNotFoundError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError) as error:  # OSError: its message names the path
         _fail(str(error))
     print(f"wrote {path}")
 
