@@ -125,7 +125,7 @@ def test_create_makes_layout_and_info(tmp_path):
 
 def test_create_refuses_non_empty_folder_and_other_configs(tmp_path):
     RunDirectory.create(tmp_path / "r", Outer(seed=1))
-    with pytest.raises(FileExistsError, match="exist_ok=True"):
+    with pytest.raises(FileExistsError, match="dmpo train --resume"):
         RunDirectory.create(tmp_path / "r", Outer(seed=1))
     RunDirectory.create(tmp_path / "r", Outer(seed=1), exist_ok=True)
     with pytest.raises(ConfigError, match="different config"):

@@ -69,7 +69,7 @@ def _drive(program: DistributedProgram, progress: bool,
            on_poll: Callable[[DistributedProgram], None] | None) -> DistributedResult:
     from dmpo.utils.progress import Progress
 
-    status = "failed"
+    status, reason = "failed", None
     interrupt: KeyboardInterrupt | None = None
     try:
         program.start()
@@ -85,8 +85,11 @@ def _drive(program: DistributedProgram, progress: bool,
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP
         status, interrupt = "interrupted", error
         raise
+    except BaseException as error:
+        reason = f"{type(error).__name__}: {error}".splitlines()[0]
+        raise
     finally:
-        result = program.stop(status)
+        result = program.stop(status, reason)
         if interrupt is not None:
             annotate(interrupt, int(result.counts.get("actor_steps", 0)), program.run_dir)
     return result

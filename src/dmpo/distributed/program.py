@@ -343,8 +343,9 @@ class DistributedProgram:
 
     # ----------------------------------------------------------------------------------------- stop
 
-    def stop(self, status: str = "finished") -> DistributedResult:
-        """Stops every node in order (module docstring) and returns the result; safe after a failure."""
+    def stop(self, status: str = "finished", reason: str | None = None) -> DistributedResult:
+        """Stops every node in order (module docstring) and returns the result; safe after a failure.
+        `status` and `reason` go to run.json; a learner whose final checkpoint fails makes it "failed"."""
         timeout = self.options.stop_timeout_seconds
         for handle in self.actor_handles:
             call_quietly(handle, "stop")
@@ -367,7 +368,13 @@ class DistributedProgram:
             except Exception:  # the node is already gone
                 pass
         if self._learner_result is None and self._learner_ref is not None:
-            self._learner_result = get_quietly(self._learner_ref, timeout)
+            try:
+                self._learner_result = ray.get(self._learner_ref, timeout=timeout)
+            except ray.exceptions.GetTimeoutError:
+                pass
+            except Exception as error:  # e.g. its final save hit a full disk: no final checkpoint
+                if status != "failed":
+                    status, reason = "failed", f"the learner's final checkpoint failed: {first_line(error)}"
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
         replay_stats = get_quietly(self.replay.stats.remote(), timeout) if self.replay else None
         frames = get_quietly(self.replay.frame_stats.remote(), timeout) if self.replay else None
@@ -375,7 +382,7 @@ class DistributedProgram:
         for handle in [*self.actor_handles, self.evaluator, self.learner, self.replay, self.counter]:
             kill(handle)
         if self._run is not None:
-            self._run.set_status(status)
+            self._run.set_status(status, reason=reason)
         return DistributedResult(
             status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
             actors=sorted(self._actor_results, key=lambda r: r["index"]), actor_restarts=self.actor_restarts,
