@@ -48,6 +48,7 @@ from dmpo.distributed import (  # noqa: E402
     run_distributed,
     start_local_cluster,
 )
+from dmpo.distributed.cluster import stop_local_cluster  # noqa: E402
 from dmpo.distributed.counter_service import RemoteCounterService, make_child_counter  # noqa: E402
 from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteTableSampler  # noqa: E402
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
@@ -120,7 +121,7 @@ def wait_for(condition, what: str, timeout: float = DEADLINE, period: float = 0.
 def cluster():
     info = start_local_cluster(num_cpus=2)
     yield info
-    ray.shutdown(wait_for_processes=True)
+    stop_local_cluster()  # also restores RAY_AUTH_* for the tests after this module
 
 
 # ------------------------------------------------------------------------------------ rate limiter
