@@ -35,6 +35,11 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    # Ctrl-C raises what Python itself raises; the others say which signal came.
+    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(signum)
+
+
 _SIGNALS_DEFERRED = {"depth": 0, "pending": None}  # see `critical`
 
 
@@ -56,7 +61,7 @@ class _Handler:
             return
         self.fired = True
         _SIGNALS_DEFERRED["pending"] = None
-        raise Interrupted(signum)
+        raise _interrupt(signum)
 
 
 @contextlib.contextmanager
@@ -75,7 +80,7 @@ def critical() -> Iterator[None]:
     pending = _SIGNALS_DEFERRED["pending"]
     if pending is not None and not _SIGNALS_DEFERRED["depth"]:
         _SIGNALS_DEFERRED["pending"] = None
-        raise Interrupted(pending)
+        raise _interrupt(pending)
 
 
 class CriticalCalls:
@@ -103,13 +108,17 @@ def exit_code(error: KeyboardInterrupt) -> int:
 
 @contextlib.contextmanager
 def interrupt_on_signals() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise `Interrupted` (a no-op outside the main thread,
+    """Within the block, SIGTERM and SIGHUP raise `Interrupted` and SIGINT `KeyboardInterrupt`, unless
+    ignored when the block starts (a no-op outside the main thread,
     where Python cannot install handlers). The previous handlers come back when the block ends."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     handler = _Handler()
-    previous = {signum: signal.signal(signum, handler) for signum in _SIGNALS}
+    # A signal this process was started with ignored stays ignored: `nohup` ignores SIGHUP, and a
+    # shell starts background jobs with SIGINT ignored.
+    previous = {signum: signal.signal(signum, handler) for signum in _SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         yield
     finally:
