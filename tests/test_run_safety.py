@@ -178,3 +178,31 @@ def test_an_interrupt_waits_for_the_end_of_a_critical_block():
             finished.append("the learner step")  # not cut in half
         finished.append("after")  # never reached: raised at the block's end
     assert finished == ["the learner step"]
+
+
+# ------------------------------------------------------------------- a failing interrupt-time save
+
+
+def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_path, monkeypatch):
+    import dataclasses
+    import errno
+
+    from dmpo.envs import FakeEnvironment
+    from dmpo.runners import local
+    from test_agent import reach_config, tiny_config
+
+    def full_disk(self, step, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.directory))
+
+    def interrupted_segment(self):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(TrainingCheckpoints, "save", full_disk)
+    monkeypatch.setattr(local.LocalTrainer, "_run_segment", interrupted_segment)
+    config = dataclasses.replace(reach_config(100), checkpoint_every=50, agent=tiny_config())
+    factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10)  # noqa: E731
+    with pytest.raises(OSError, match="No space left on device"):
+        local.train(config, tmp_path / "run", env_factory=factory, progress=False, quiet=True)
+    info = RunDirectory(tmp_path / "run").info()
+    assert info["status"] == "failed", info
+    assert info["status_reason"].startswith("OSError: [Errno 28] No space left on device"), info
