@@ -26,7 +26,8 @@ test: lint
 	MUJOCO_GL=egl $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 # Build the wheel and install it as a user would, from its ranges alone (no lock, no Ray), at the
-# newest and at the lowest versions they allow; train 2,000 steps in each (.ci/wheel-smoke).
+# newest and at the lowest versions they allow; train 2,000 steps in each, then add the
+# [distributed] extra and train 500 steps with --actors 1 (.ci/wheel-smoke).
 smoke-wheel: $(STAMP)
 	UV=$(BIN)/uv PYTHON=$(PYTHON) .ci/wheel-smoke highest
 	UV=$(BIN)/uv PYTHON=$(PYTHON) .ci/wheel-smoke lowest-direct

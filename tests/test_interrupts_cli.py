@@ -69,7 +69,7 @@ def test_sigterm_of_local_train_checkpoints_and_resumes(tmp_path):
     saved = json.loads((latest / "state.json").read_text())
     assert saved["env_steps"] == steps and saved["mid_episode"] is True  # the final, interrupt-time save
 
-    target = steps + 400  # two 200-step Pendulum episodes: the resume starts a new episode
+    target = steps + 200  # one 200-step Pendulum episode: the resume starts a new episode
     resumed = subprocess.run([*CLI, "--resume", str(run), "--steps", str(target), "--no-progress"],
                              capture_output=True, text=True, timeout=600, env=child_env())
     assert resumed.returncode == 0, resumed.stderr[-3000:]
