@@ -170,16 +170,16 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
     except ImportError:
         _fail("--actors needs Ray, which is not installed; install it with: "
               "pip install 'dmpo[distributed]'")
-    from dmpo.builder import environment_factory
     from dmpo.checkpointing import CheckpointError
     from dmpo.distributed import NodeFailure, run_distributed
     from dmpo.envs import EnvError
     from dmpo.runs import RunDirectory, new_run_path
+    from dmpo.task_setup import prepare_task
 
     config = config.resolved()
     if not resume:
-        try:
-            environment_factory(config)(config.seed).close()  # an unknown task fails before a run exists
+        try:  # an unusable task fails before a run exists; an 'auto' support is resolved for config.json
+            config, _ = prepare_task(config, distributed=True)
         except EnvError as error:
             _fail(str(error))
         run_dir = Path(run_dir) if run_dir is not None else new_run_path()
