@@ -1,9 +1,10 @@
-"""The `dmpo` command: `train`, `eval` and `plot`.
+"""The `dmpo` command: `train`, `eval`, `plot` and `check-env`.
 
     dmpo train --env dmc:cartpole-swingup --steps 100000 --seed 0
     dmpo train --resume runs/20261202-120000 --steps 200000   (extend a run)
     dmpo eval runs/20261202-120000 --episodes 10 --video cartpole.mp4
     dmpo plot runs/a runs/b -o curves.png
+    dmpo check-env my_pkg.envs:make_env          (what the agent will see, or why it cannot learn it)
 
 Every option of `train` comes from `dmpo.config.TrainConfig` (nested: `--agent.batch-size`,
 `--agent.learner.discount`, ...); `dmpo train --help` lists them with their defaults.
@@ -296,6 +297,40 @@ def plot(
     print(f"wrote {path}")
 
 
+def check_env(
+    env: tyro.conf.Positional[str],
+    steps: int = 100,
+    seed: int = 0,
+    action_repeat: int | None = None,
+    pixels: bool = False,
+    observation_network: Literal["flatten", "impala", "drq"] = "flatten",
+) -> None:
+    """Check that DMPO can learn ENV: build it, take random steps through the whole pipeline and print
+    the specs the agent will see (or the first problem, in one line).
+
+    Args:
+      env: task name, as for train --env (dmc:, gym:, gym:<module>:<Id> or module.path:callable).
+      steps: random agent steps to take.
+      seed: environment seed.
+      action_repeat: as for train (default: 1 for states, 2 for pixels).
+      pixels: camera observations (dmc: tasks).
+      observation_network: the torso the agent would use (image observations need impala or drq).
+    """
+    if steps < 1:
+        _fail(f"--steps must be a positive integer, got {steps}")
+    if pixels:
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    from dmpo.envs import EnvError, TaskFactory
+    from dmpo.envs.checks import check_environment
+
+    try:
+        report = check_environment(TaskFactory(env, pixels=pixels, action_repeat=action_repeat), steps=steps,
+                                   seed=seed, observation_network=observation_network)
+    except EnvError as error:
+        _fail(str(error) if str(error).startswith(env) else f"{env}: {error}")
+    print(f"{env}: DMPO can learn it\n{report}")
+
+
 def main(argv: list[str] | None = None) -> None:
     # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
     warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
@@ -314,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             train_command = train
         tyro.extras.subcommand_cli_from_dict(
-            {"train": train_command, "eval": evaluate, "plot": plot},
+            {"train": train_command, "eval": evaluate, "plot": plot, "check-env": check_env},
             args=args,
             description="Distributional MPO (DMPO) for continuous control.",
         )

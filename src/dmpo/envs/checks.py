@@ -106,8 +106,8 @@ def describe_spec(spec: Any) -> str:
         if isinstance(leaf, specs.BoundedArray):
             low, high = np.unique(leaf.minimum), np.unique(leaf.maximum)
             bounds = f" in [{low[0] if low.size == 1 else low}, {high[0] if high.size == 1 else high}]"
-        name = "".join(f"[{key!r}]" for key in path)
-        lines.append(f"  {name or '(array)'}: {np.dtype(leaf.dtype).name} {list(leaf.shape)}{bounds}")
+        name = "".join(f"[{key!r}]" for key in path) or leaf.name or "array"
+        lines.append(f"  {name}: {np.dtype(leaf.dtype).name} {list(leaf.shape)}{bounds}")
     return "\n".join(lines)
 
 
@@ -135,8 +135,8 @@ def check_environment(factory: Any, *, steps: int = 100, seed: int = 0,
         return "\n".join([
             "observations:", describe_spec(obs_spec),
             "actions (canonical, the agent's):", describe_spec(action_spec),
-            f"reward: {describe_spec(environment.reward_spec()).strip()}",
-            f"discount: {describe_spec(environment.discount_spec()).strip()}",
+            f"reward: {describe_spec(environment.reward_spec()).strip().partition(': ')[2]}",
+            f"discount: {describe_spec(environment.discount_spec()).strip().partition(': ')[2]}",
             f"{steps} random steps: {episodes} episode(s) ended; {reward_line}",
         ])
     finally:
