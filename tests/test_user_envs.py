@@ -19,6 +19,7 @@ import pytest
 from dmpo.cli import main
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import EnvError, TaskFactory, make
+from dmpo.envs.entry_points import load_callable
 from dmpo.envs.registry import PipelineFactory
 from dmpo.learning.support_monitor import ROWS, THRESHOLD, SupportMonitor
 from dmpo.losses import support_edge_mass
@@ -127,32 +128,31 @@ def test_gym_module_id_form_imports_the_module_that_registers_it():
 
 
 def test_python_callables_go_through_the_pipeline_and_are_recorded():
-    import envs_for_tests
-
-    config, factory = prepare_task(tiny_config("dmc:cartpole-swingup", vmin=-30.0, vmax=5.0),
-                                   envs_for_tests.make_point_mass)
-    assert config.env == "envs_for_tests:make_point_mass"  # importable: resumable from the CLI
+    make_point_mass = load_callable(POINT_MASS)
+    config, factory = prepare_task(tiny_config("dmc:cartpole-swingup", vmin=-30.0, vmax=5.0), make_point_mass)
+    assert config.env == POINT_MASS  # importable by that name: resumable from the CLI
     environment = factory(0)
     assert environment.action_spec().minimum == -1.0 and environment.action_spec().dtype == np.float32
     # A canonical action of 1 is the Box's upper bound 2: the point moves 0.2 per step.
     first = environment.reset().observation
     np.testing.assert_allclose(environment.step(np.ones(2, np.float32)).observation, first + 0.2, rtol=1e-5)
     config, factory = prepare_task(tiny_config("dmc:cartpole-swingup", vmin=-30.0, vmax=5.0),
-                                   lambda seed: envs_for_tests.make_point_mass(seed))
+                                   lambda seed: make_point_mass(seed))
     assert config.env.startswith("python:") and config.env.endswith("<lambda>")
     with pytest.raises(EnvError, match="Python only"):
         make(config.env)
 
 
 def test_a_factory_ray_cannot_pickle_is_refused_before_ray_starts():
-    import envs_for_tests
-
-    lock = threading.Lock()
+    make_point_mass = load_callable(POINT_MASS)
 
     class HoldsALock:
+        def __init__(self):
+            self.lock = threading.Lock()
+
         def __call__(self, seed):
-            with lock:
-                return envs_for_tests.make_point_mass(seed)
+            with self.lock:
+                return make_point_mass(seed)
 
     with pytest.raises(ConfigError, match="cannot be pickled for the Ray nodes"):
         prepare_task(tiny_config("dmc:cartpole-swingup", vmin=-30.0, vmax=5.0), HoldsALock(),
