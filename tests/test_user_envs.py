@@ -6,8 +6,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -204,8 +206,14 @@ def test_entry_point_trains_with_actors(tmp_path):
     run = tmp_path / "run"
     command = [sys.executable, "-m", "dmpo.cli", "train", "--actors", "1", "--steps", "200",
                "--run-dir", str(run), "--env", POINT_MASS, *TINY]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO,
-                          env={"PATH": "/usr/bin:/bin", "MUJOCO_GL": "egl"})
+    # Ray's own folder: a private one, so that a cluster another process runs on this machine (its
+    # /tmp/ray/ray_current_cluster) is not taken for ours.
+    ray_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO,
+                              env={"PATH": "/usr/bin:/bin", "MUJOCO_GL": "egl", "RAY_TMPDIR": ray_dir})
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "finished:" in done.stdout
     assert json.loads((run / "config.json").read_text())["config"]["env"] == POINT_MASS

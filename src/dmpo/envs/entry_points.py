@@ -48,8 +48,9 @@ def _import_module(module: str, what: str, search_path: str | None) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        raise EnvError(f"{what}: cannot import module {module!r} ({error}); it must be importable "
-                       f"from {path} or the installed packages") from None
+        raise EnvError(f"{what}: cannot import module {module!r} ({error}); an entry point must be "
+                       f"importable from {path} or the installed packages (other names: "
+                       "'dmc:<domain>-<task>', 'gym:<Id>', 'gym:<module>:<Id>')") from None
 
 
 def import_gym_module(module: str, search_path: str | None = None) -> None:
