@@ -14,6 +14,7 @@ from dmpo.builder import CheckpointState, DMPOBuilder, next_boundary
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.distributed import DistributedProgram
 from dmpo.envs import FakeEnvironment
+from dmpo.envs.registry import PipelineFactory
 from dmpo.replay import FrameStackTable, MinSize, SampleToInsertRatio, Table
 from dmpo.types import make_environment_spec
 
@@ -51,7 +52,7 @@ FACTORIES = {
 @pytest.mark.parametrize("overlap", [False, True])
 def test_local_agent_and_distributed_program_build_the_same_parts(tmp_path, observations, table_class,
                                                                    overlap):
-    factory = FACTORIES[observations]
+    factory = PipelineFactory(FACTORIES[observations])  # what both trainers make of a user's factory
     agent_config = TINY
     if observations == "pixels":
         agent_config = dataclasses.replace(TINY, networks=dataclasses.replace(TINY.networks,

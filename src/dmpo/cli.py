@@ -1,9 +1,10 @@
-"""The `dmpo` command: `train`, `eval` and `plot`.
+"""The `dmpo` command: `train`, `eval`, `plot` and `check-env`.
 
     dmpo train --env dmc:cartpole-swingup --steps 100000 --seed 0
     dmpo train --resume runs/20261202-120000 --steps 200000   (extend a run)
     dmpo eval runs/20261202-120000 --episodes 10 --video cartpole.mp4
     dmpo plot runs/a runs/b -o curves.png
+    dmpo check-env my_pkg.envs:make_env          (what the agent will see, or why it cannot learn it)
 
 Every option of `train` comes from `dmpo.config.TrainConfig` (nested: `--agent.batch-size`,
 `--agent.learner.discount`, ...); `dmpo train --help` lists them with their defaults.
@@ -202,16 +203,16 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
     except ImportError:
         _fail("--actors needs Ray, which is not installed; install it with: "
               "pip install 'dmpo[distributed]'")
-    from dmpo.builder import environment_factory
     from dmpo.checkpointing import CheckpointError
     from dmpo.distributed import NodeFailure, run_distributed
     from dmpo.envs import EnvError
     from dmpo.runs import RunDirectory, new_run_path
+    from dmpo.task_setup import prepare_task
 
     config = config.resolved()
     if not resume:
-        try:
-            environment_factory(config)(config.seed).close()  # an unknown task fails before a run exists
+        try:  # an unusable task fails before a run exists; an 'auto' support is resolved for config.json
+            config, _ = prepare_task(config, distributed=True)
         except EnvError as error:
             _fail(str(error))
         run_dir = Path(run_dir) if run_dir is not None else new_run_path()
@@ -340,6 +341,40 @@ def plot(
     print(f"wrote {path}")
 
 
+def check_env(
+    env: tyro.conf.Positional[str],
+    steps: int = 100,
+    seed: int = 0,
+    action_repeat: int | None = None,
+    pixels: bool = False,
+    observation_network: Literal["flatten", "impala", "drq"] = "flatten",
+) -> None:
+    """Check that DMPO can learn ENV: build it, take random steps through the whole pipeline and print
+    the specs the agent will see (or the first problem, in one line).
+
+    Args:
+      env: task name, as for train --env (dmc:, gym:, gym:<module>:<Id> or module.path:callable).
+      steps: random agent steps to take.
+      seed: environment seed.
+      action_repeat: as for train (default: 1 for states, 2 for pixels).
+      pixels: camera observations (dmc: tasks).
+      observation_network: the torso the agent would use (image observations need impala or drq).
+    """
+    if steps < 1:
+        _fail(f"--steps must be a positive integer, got {steps}")
+    if pixels:
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    from dmpo.envs import EnvError, TaskFactory
+    from dmpo.envs.checks import check_environment
+
+    try:
+        report = check_environment(TaskFactory(env, pixels=pixels, action_repeat=action_repeat), steps=steps,
+                                   seed=seed, observation_network=observation_network)
+    except EnvError as error:
+        _fail(str(error) if str(error).startswith(env) else f"{env}: {error}")
+    print(f"{env}: DMPO can learn it\n{report}")
+
+
 def main(argv: list[str] | None = None) -> None:
     # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
     warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
@@ -358,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             train_command = train
         tyro.extras.subcommand_cli_from_dict(
-            {"train": train_command, "eval": evaluate, "plot": plot},
+            {"train": train_command, "eval": evaluate, "plot": plot, "check-env": check_env},
             args=args,
             description="Distributional MPO (DMPO) for continuous control.",
         )

@@ -71,10 +71,10 @@ class NetworkConfig:
     """Hidden sizes of the policy's layer-norm MLP (activated after the last layer)."""
     critic_layer_sizes: tuple[int, ...] = (512, 512, 256)
     """Hidden sizes of the critic's layer-norm MLP (activated after the last layer)."""
-    vmin: float = -150.0
-    """Lowest atom of the categorical critic's support."""
-    vmax: float = 150.0
-    """Highest atom of the categorical critic's support."""
+    vmin: float | Literal["auto"] = -150.0
+    """Lowest atom of the categorical critic's support; "auto": from the task (`dmpo.support`)."""
+    vmax: float | Literal["auto"] = 150.0
+    """Highest atom of the categorical critic's support; "auto": from the task (`dmpo.support`)."""
     num_atoms: int = 51
     """Number of atoms of the categorical critic's support."""
     init_scale: float = 0.7
@@ -93,7 +93,13 @@ class NetworkConfig:
             sizes = getattr(self, name)
             _check(len(sizes) > 0 and all(isinstance(s, int) and s > 0 for s in sizes),
                    f"NetworkConfig.{name}", "a non-empty tuple of positive integers", sizes)
-        _check(self.vmin < self.vmax, "NetworkConfig.vmin", f"< vmax ({self.vmax})", self.vmin)
+        for name in ("vmin", "vmax"):
+            value = getattr(self, name)
+            _check(value == "auto" or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                       and math.isfinite(value)),
+                   f"NetworkConfig.{name}", "a finite number or 'auto'", value)
+        _check(self.vmin == "auto" or self.vmax == "auto" or self.vmin < self.vmax, "NetworkConfig.vmin",
+               f"< vmax ({self.vmax})", self.vmin)
         _check(isinstance(self.num_atoms, int) and self.num_atoms >= 2, "NetworkConfig.num_atoms",
                "an integer >= 2", self.num_atoms)
         _positive(self, "init_scale")
@@ -215,7 +221,8 @@ class TrainConfig:
     """A whole training run: task, budget, evaluation, checkpoints and the agent's config."""
 
     env: str = "dmc:cartpole-swingup"
-    """Task name: dmc:<domain>-<task> (dm_control suite) or gym:<Id> (gymnasium)."""
+    """Task name: dmc:<domain>-<task> (dm_control suite), gym:<Id> or gym:<module>:<Id> (gymnasium),
+    or an entry point module.path:callable (callable(seed) -> gymnasium.Env or dm_env.Environment)."""
     steps: int = 100_000
     """Environment steps to train for (the last episode is always finished)."""
     seed: int = 0

@@ -34,7 +34,7 @@ from typing import Any
 
 import ray
 
-from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory, environment_factory, next_boundary
+from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory, next_boundary
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.actor import make_actor_node
 from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill, node_seed
@@ -45,6 +45,7 @@ from dmpo.distributed.learner_node import make_learner_node
 from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
 from dmpo.envs.registry import EnvironmentFactory
+from dmpo.task_setup import prepare_task, saved_config
 from dmpo.types import make_environment_spec
 
 _ROLE_ACTOR, _ROLE_EVALUATOR, _ROLE_LEARNER, _ROLE_REPLAY = 1, 2, 3, 4
@@ -72,8 +73,10 @@ class DistributedProgram:
         _check_config(config, resume)
         if env_factory is not None and not callable(env_factory):
             raise TypeError(f"env_factory must be callable(seed) -> environment, got {env_factory!r}")
-        self.config = config = config.resolved()
-        self.env_factory = env_factory or environment_factory(config)
+        # The task is built, checked and pickled (and an 'auto' support resolved) before Ray starts.
+        self.config, self.env_factory = prepare_task(
+            config.resolved(), env_factory, distributed=True, saved=saved_config(run_dir) if resume else None)
+        config = self.config
         self.run_dir = Path(run_dir)
         self.seed = config.seed
         self.options = options or ProgramOptions()

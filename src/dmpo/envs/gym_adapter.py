@@ -34,6 +34,9 @@ from dmpo.types import NestedArray, NestedSpec
 def check_action_space(space: gymnasium.Space) -> specs.BoundedArray:
     """The dm_env spec of a usable action space; EnvError for anything else."""
     need = "DMPO needs a bounded continuous (Box) action space"
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        raise EnvError(f"{need}, got the discrete action space {space!r}; DMPO learns continuous "
+                       "actions only (a discrete task needs a discrete-action agent such as DQN)")
     if not isinstance(space, spaces.Box):
         raise EnvError(f"{need}, got {space!r}")
     if not np.issubdtype(space.dtype, np.floating):
@@ -55,7 +58,8 @@ def observation_spec_of(space: gymnasium.Space, name: str = "observation") -> Ne
         return specs.Array(space.shape, _observation_dtype(space), name=name)
     if isinstance(space, spaces.Dict):
         return {key: observation_spec_of(sub, key) for key, sub in space.spaces.items()}
-    raise EnvError(f"unsupported observation space {space!r}: DMPO supports Box and Dict observations")
+    raise EnvError(f"unsupported observation space {type(space).__name__} ({space!r}): DMPO feeds Box "
+                   "observations and Dict spaces of them")
 
 
 def _convert_observation(space: gymnasium.Space, value) -> NestedArray:
@@ -144,7 +148,11 @@ def load(env_id: str, seed: int | None = None, render: bool = False) -> Gymnasiu
             f"unknown gymnasium id {env_id!r}: check gymnasium's registry "
             f"(gymnasium.pprint_registry()) for a continuous-control id such as 'Pendulum-v1'{hint}"
         )
-    gym_env = gymnasium.make(env_id, render_mode="rgb_array") if render else gymnasium.make(env_id)
+    try:
+        gym_env = gymnasium.make(env_id, render_mode="rgb_array") if render else gymnasium.make(env_id)
+    except gymnasium.error.DependencyNotInstalled as error:
+        raise EnvError(f"gym:{env_id} needs an optional dependency that is not installed: "
+                       f"{str(error).splitlines()[0]}") from None
     try:
         return GymnasiumEnvironment(gym_env, seed=seed)
     except EnvError as error:

@@ -16,12 +16,13 @@ spans the last three agent steps rather than the last three control steps.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import dm_env
 import numpy as np
 
-from dmpo.envs import control_suite, wrappers
+from dmpo.envs import control_suite, entry_points, wrappers
 from dmpo.envs.errors import EnvError, check_positive_int
 
 DEFAULT_TASK = "dmc:cartpole-swingup"
@@ -67,11 +68,12 @@ def _add_pixels(environment: dm_env.Environment, frame_stack: int, image_size: i
 
 def make(name: str, *, seed: int | None = None, action_repeat: int | None = None, pixels: bool = False,
          frame_stack: int = 3, image_size: int = 84, camera_id: int = 0,
-         render: bool = False) -> dm_env.Environment:
+         render: bool = False, search_path: str | None = None) -> dm_env.Environment:
     """Builds the environment `name` wrapped in the DMPO pipeline (module docstring).
 
     Args:
-      name: `"dmc:<domain>-<task>"` or `"gym:<Id>"`.
+      name: `"dmc:<domain>-<task>"`, `"gym:<Id>"`, `"gym:<module>:<Id>"` or an entry point
+        `"module.path:callable"` (see `dmpo.envs.entry_points`).
       seed: seeds the task's randomness (dm_control `task_kwargs={'random': seed}`; gymnasium
         `reset(seed=seed)` then continuing the stream). Same seed and actions ⇒ same trajectory.
       action_repeat: inner steps per agent step; `None` means 1 for states and 2 for pixels.
@@ -82,6 +84,8 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
       camera_id: model camera to render (pixels only).
       render: make the environment able to render RGB frames for videos (gymnasium tasks are made
         with `render_mode="rgb_array"`; dm_control tasks always render through their physics).
+      search_path: the folder searched first for an entry point's module (default: the current
+        working directory; see `dmpo.envs.entry_points`).
 
     Returns:
       A dm_env environment with a float32 `[-1, 1]^D` action spec, float32 reward and discount
@@ -94,10 +98,14 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
     if not isinstance(name, str):
         raise EnvError(f"name must be a string like {DEFAULT_TASK!r}, got {name!r}")
     prefix, sep, task = name.partition(":")
-    if not sep or prefix not in _PREFIXES or not task:
+    if prefix == entry_points.NOT_IMPORTABLE_PREFIX:
+        raise entry_points.not_importable_error(name)
+    user_code = entry_points.is_entry_point(name)
+    if not user_code and (not sep or prefix not in _PREFIXES or not task):
         raise EnvError(
             f"unknown environment name {name!r}: expected 'dmc:<domain>-<task>' (e.g. {DEFAULT_TASK}; "
-            "see dmpo.envs.available_tasks()) or 'gym:<Id>' (e.g. gym:Pendulum-v1)"
+            "see dmpo.envs.available_tasks()), 'gym:<Id>' (e.g. gym:Pendulum-v1), 'gym:<module>:<Id>' "
+            "or an entry point 'module.path:callable' (callable(seed) -> gymnasium.Env or dm_env)"
         )
     seed = _check_seed(seed)
     if not isinstance(pixels, bool):
@@ -111,19 +119,42 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
         if isinstance(camera_id, bool) or not isinstance(camera_id, (int, np.integer)) or camera_id < -1:
             raise EnvError(f"camera_id must be an integer >= -1 (-1 is the free camera), got {camera_id!r}")
 
-    if prefix == "dmc":
+    if pixels and prefix != "dmc":
+        raise EnvError(f"pixels=True is supported for 'dmc:' tasks only, got {name!r}")
+    if user_code:
+        environment = entry_points.load(name, seed, search_path)
+    elif prefix == "dmc":
         environment = _load_dm_control(task, seed, pixels)
     else:
-        if pixels:
-            raise EnvError(f"pixels=True is supported for 'dmc:' tasks only, got {name!r}")
         from dmpo.envs import gym_adapter
 
-        environment = gym_adapter.load(task, seed, render=render)
+        module, _, env_id = task.rpartition(":")
+        if module:
+            entry_points.import_gym_module(module, search_path)
+        environment = gym_adapter.load(env_id, seed, render=render)
+    if prefix != "dmc":
+        return wrap_pipeline(environment, action_repeat, name)
     environment = wrappers.CanonicalActionWrapper(environment)
     if action_repeat > 1:
         environment = wrappers.ActionRepeatWrapper(environment, action_repeat)
     if pixels:
         environment = _add_pixels(environment, frame_stack, image_size, camera_id)
+    return wrappers.SinglePrecisionWrapper(environment)
+
+
+def wrap_pipeline(environment: dm_env.Environment, action_repeat: int, name: str) -> dm_env.Environment:
+    """The state pipeline around a raw gymnasium-adapted or user dm_env environment: per-step checks
+    (`checks.CheckedEnvironment`) → canonical actions → action repeat → float32."""
+    from dmpo.envs.checks import CheckedEnvironment
+
+    try:
+        environment = wrappers.CanonicalActionWrapper(CheckedEnvironment(environment, name))
+    except EnvError as error:
+        environment.close()
+        message = str(error)
+        raise EnvError(message if message.startswith(name) else f"{name}: {message}") from None
+    if action_repeat > 1:
+        environment = wrappers.ActionRepeatWrapper(environment, action_repeat)
     return wrappers.SinglePrecisionWrapper(environment)
 
 
@@ -140,9 +171,36 @@ class TaskFactory:
         self.name = name
         self.options = dict(pixels=pixels, action_repeat=action_repeat, frame_stack=frame_stack,
                             image_size=image_size, camera_id=camera_id)
+        if entry_points.is_entry_point(name) or name.count(":") > 1:  # user code: import it from here
+            self.options["search_path"] = os.getcwd()
 
     def __call__(self, seed: int | None = None) -> dm_env.Environment:
         return make(self.name, seed=seed, **self.options)
 
     def __repr__(self) -> str:
         return f"TaskFactory({self.name!r}, {self.options})"
+
+
+class PipelineFactory:
+    """An `EnvironmentFactory` around a user's Python callable `function(seed)` returning a
+    gymnasium.Env or a dm_env.Environment: the result goes through `wrap_pipeline`, unless it is
+    already a pipeline environment (made by `make`), which is used as it is."""
+
+    def __init__(self, function: Callable[[int], object], action_repeat: int | None = None) -> None:
+        if not callable(function):
+            raise EnvError(f"env_factory must be callable(seed) -> gymnasium.Env or dm_env.Environment, "
+                           f"got {function!r}")
+        self.function = function
+        self.action_repeat = check_positive_int(action_repeat or 1, "action_repeat")
+        self.name = entry_points.recorded_name(function)
+
+    def __call__(self, seed: int | None = None) -> dm_env.Environment:
+        environment = self.function(seed)
+        if isinstance(environment, wrappers.SinglePrecisionWrapper):
+            return environment
+        if not isinstance(environment, dm_env.Environment):
+            environment = entry_points.call_entry_point(lambda _: environment, self.name, seed)
+        return wrap_pipeline(environment, self.action_repeat, self.name)
+
+    def __repr__(self) -> str:
+        return f"PipelineFactory({self.name!r}, action_repeat={self.action_repeat})"

@@ -135,6 +135,19 @@ class ActionRepeatWrapper(EnvironmentWrapper):
             discount = discount * timestep.discount
         return timestep._replace(reward=reward, discount=discount)
 
+    def reward_spec(self) -> NestedSpec:
+        """A declared reward range `[lo, hi]` per inner step becomes the range of the repeated sum:
+        the first reward has weight 1, each later one a discount product in [0, 1] (or 0 after an
+        early LAST), so `[lo + (R−1)·min(lo, 0), hi + (R−1)·max(hi, 0)]`."""
+        spec = self._environment.reward_spec()
+        if not isinstance(spec, specs.BoundedArray):
+            return spec
+        extra = self._num_repeats - 1
+        low = np.asarray(spec.minimum, np.float64)
+        high = np.asarray(spec.maximum, np.float64)
+        return spec.replace(minimum=low + extra * np.minimum(low, 0.0),
+                            maximum=high + extra * np.maximum(high, 0.0))
+
 
 def _to_float32_spec(spec: specs.Array) -> specs.Array:
     return spec.replace(dtype=np.float32) if spec.dtype == np.float64 else spec

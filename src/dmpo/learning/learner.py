@@ -12,6 +12,7 @@ import numpy as np
 
 from dmpo.config import LearnerConfig
 from dmpo.learning.state import TrainingState, init_training_state
+from dmpo.learning.support_monitor import SupportMonitor
 from dmpo.learning.update import make_multi_update_fn, make_update_fn
 from dmpo.networks import DMPONetworks, PolicyParams
 from dmpo.types import EnvironmentSpec, Transition
@@ -95,6 +96,9 @@ class Learner:
         self._in_flight: Any = None  # the previous call's metrics, ready when that update is done
         self._local_steps = 0
         self.metric_fetches = 0
+        support = np.asarray(networks.support)
+        self.support_monitor = SupportMonitor(support[0], support[-1])
+        """Warns once when returns leave the critic's support (`dmpo.learning.support_monitor`)."""
         """How many steps fetched their metrics from the device (one transfer each)."""
 
     @property
@@ -142,7 +146,9 @@ class Learner:
             # host work with device work that asynchronous dispatch gives.
             host = jax.device_get(result)
             self.metric_fetches += 1
-            self._logger.write({key: _to_python(value) for key, value in host.items()})
+            row = {key: _to_python(value) for key, value in host.items()}
+            self.support_monitor.observe(row)
+            self._logger.write(row)
         return result
 
     def run(self, num_steps: int) -> None:

@@ -30,7 +30,14 @@ from dmpo.config import LearnerConfig
 from dmpo.distributions import gaussian_sample
 from dmpo.learning.state import TrainingState, critic_group, make_optimizers
 from dmpo.learning.targets import update_targets
-from dmpo.losses import MPODuals, categorical_td_loss, clamp_duals, mixture_log_probs, mpo_loss
+from dmpo.losses import (
+    MPODuals,
+    categorical_td_loss,
+    clamp_duals,
+    mixture_log_probs,
+    mpo_loss,
+    support_edge_mass,
+)
 from dmpo.networks import DMPONetworks, Params
 from dmpo.types import Transition
 
@@ -194,8 +201,13 @@ def make_update_fn(networks: DMPONetworks, config: LearnerConfig, *, jit: bool =
             steps=state.steps + 1,
             key=keys.next,
         )
+        edge_mass, outside_mass = support_edge_mass(
+            batch.reward, jnp.asarray(config.discount, batch.discount.dtype) * batch.discount,
+            boot.target_probs, networks.support)
         metrics = {
             "critic_loss": loss_q,
+            "critic/edge_mass": edge_mass,
+            "critic/outside_mass": outside_mass,
             "policy_loss": loss_pi,
             **stats,
             "opt/critic_grad_norm": optax.global_norm(critic_grads),

@@ -5,6 +5,7 @@ from dmpo.losses.categorical import (
     categorical_l2_project,
     categorical_td_loss,
     mixture_log_probs,
+    support_edge_mass,
 )
 from dmpo.losses.mpo import MPODuals, clamp_duals, constrained, init_duals, mpo_loss
 
@@ -18,4 +19,5 @@ __all__ = [
     "init_duals",
     "mixture_log_probs",
     "mpo_loss",
+    "support_edge_mass",
 ]

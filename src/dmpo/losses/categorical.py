@@ -124,3 +124,22 @@ def categorical_td_loss(
     atoms_t = reward_t[:, None] + discount_t[:, None] * support[None, :]
     target = jax.lax.stop_gradient(categorical_l2_project(atoms_t, target_probs_t, support))
     return jnp.mean(categorical_cross_entropy(target, logits_tm1))
+
+
+def support_edge_mass(reward_t: jax.Array, discount_t: jax.Array, target_probs_t: jax.Array,
+                      support: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """How much of the critic's TD target the support's edges catch, both averaged over the batch.
+
+    Returns:
+      `(edge_mass, outside_mass)`: the share of the projected target `Proj_support(r + γ d z)` that
+      lies on the two edge atoms `support[0]` and `support[-1]`, and the share of the unprojected
+      target's mass at locations strictly outside `[support[0], support[-1]]` (the projection clips
+      that mass onto the edges, so `outside_mass <= edge_mass`). Returns that sit exactly on a bound
+      (e.g. zero rewards with vmin = 0) count in the first and not in the second.
+    """
+    atoms_t = reward_t[:, None] + discount_t[:, None] * support[None, :]
+    projected = categorical_l2_project(atoms_t, target_probs_t, support)
+    edge = projected[:, 0] + projected[:, -1]
+    outside = jnp.sum(jnp.where((atoms_t < support[0]) | (atoms_t > support[-1]), target_probs_t, 0.0),
+                      axis=-1)
+    return jnp.mean(edge), jnp.mean(outside)

@@ -64,6 +64,9 @@ def support_atoms(vmin: float, vmax: float, num_atoms: int) -> jax.Array:
 
 def make_support(config: NetworkConfig) -> jax.Array:
     """The critic's fixed atoms for `config` (vmin, vmax, num_atoms)."""
+    if "auto" in (config.vmin, config.vmax):
+        raise ValueError("NetworkConfig.vmin/vmax 'auto' must be resolved from the environment before "
+                         "networks are built: dmpo.support.resolve_support (training does this)")
     return support_atoms(config.vmin, config.vmax, config.num_atoms)
 
 

@@ -40,6 +40,7 @@ from dmpo.runners.checkpoints import TrainingCheckpoints
 from dmpo.runners.environment_loop import EnvironmentLoop, evaluate
 from dmpo.runs import RunDirectory, new_run_path
 from dmpo.snapshot import save_policy
+from dmpo.task_setup import prepare_task, saved_config
 from dmpo.types import EnvironmentSpec, make_environment_spec
 from dmpo.utils.counting import Counter
 from dmpo.utils.logging import make_logger
@@ -269,19 +270,20 @@ class LocalTrainer:
 def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: bool = False,
           env_factory: EnvironmentFactory | None = None, networks: DMPONetworks | None = None,
           progress: bool = True, quiet: bool = False) -> dict[str, Any]:
-    """Trains in this process; returns a summary (env steps, episodes, last evaluation, counts, run dir)."""
+    """Trains in this process; returns a summary (env steps, episodes, last evaluation, counts, run dir).
+
+    `env_factory(seed)` may return a gymnasium.Env or a dm_env.Environment: it goes through the task
+    pipeline (`dmpo.task_setup`), and its name is recorded as `config.env`."""
     if config.actors:
         raise ConfigError("TrainConfig.actors must be 0 for single-process training; use dmpo.distributed")
     if resume and not config.agent.checkpoint:
         raise ConfigError("cannot resume: DMPOConfig.checkpoint is False, so this run writes no checkpoints")
-    config = config.resolved()
-    factory = env_factory or environment_factory(config)
-    close = getattr(factory(config.seed), "close", None)  # an unknown task fails here, before a run exists
-    if close is not None:
-        close()
+    if resume and run_dir is None:
+        raise ValueError("resume=True needs the run directory to resume")
+    saved = saved_config(run_dir) if resume else None
+    # The task is built and checked (and an 'auto' support resolved) before a run exists.
+    config, factory = prepare_task(config.resolved(), env_factory, saved=saved, quiet=quiet)
     if resume:
-        if run_dir is None:
-            raise ValueError("resume=True needs the run directory to resume")
         run = RunDirectory.open(run_dir)
     else:
         run = RunDirectory.create(run_dir or new_run_path(), config, seed=config.seed)

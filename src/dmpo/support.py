@@ -1,0 +1,124 @@
+"""`--agent.networks.vmin auto` / `vmax auto`: a categorical critic support that fits the task (issue 25).
+
+The critic predicts the discounted return `Z = Σ_t γ^t r_t` of agent steps (γ the learner's discount;
+the environment's discount 0 at a termination only cuts the sum short). If every per-step reward lies
+in `[lo, hi]`, then `Z` lies in `[min(lo, lo/(1−γ)), max(hi, hi/(1−γ))]` (the `min`/`max` keep the
+one-step episode `Z = r_0` inside). The n-step target `Σ_{k<n} γ^k r_k + γ^n z'` maps that interval
+onto itself exactly (`lo·(1−γ^n)/(1−γ) + γ^n·lo/(1−γ) = lo/(1−γ)`), so n does not change the support.
+
+Two sources of `[lo, hi]`, in this order:
+
+1. **Declared** by the task: a dm_env `BoundedArray` reward spec with finite bounds (after the action
+   repeat, see `ActionRepeatWrapper.reward_spec`), or a `dmc:` task, whose rewards the suite keeps in
+   [0, 1] per control step (so [0, R] per agent step with action repeat R, and [0, R/(1−γ)] for Z:
+   [0, 100] at γ = 0.99, R = 1). Used exactly, no margin.
+2. **Observed**: otherwise (gymnasium declares no reward range since 1.0) a uniformly random policy
+   takes `min_replay_size` agent steps in an environment of its own (seed `seed + 7_919_993`) before
+   training, and `[lo, hi]` are the smallest and largest rewards it saw. A random policy's rewards
+   understate what a trained one earns, so the support is widened by `MARGIN_BELOW` of the
+   interval's span below and `MARGIN_ABOVE` above (the interval's span counts as at least 1).
+
+This probe is not the replay fill itself: both trainers build the networks, whose support is fixed,
+before the first environment step, and doing it before either starts keeps the two modes identical.
+The resolved numbers replace "auto" in the run's config.json, so a resume uses the same support.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import numpy as np
+from dm_env import specs
+
+from dmpo.config import ConfigError, TrainConfig
+
+MARGIN_BELOW = 0.25
+"""Observed mode: the support extends below the random policy's value range by this share of its span."""
+MARGIN_ABOVE = 1.0
+"""Observed mode: ... and above it by this share (learning raises returns, so more room above)."""
+PROBE_SEED_OFFSET = 7_919_993
+
+
+def value_bounds(low: float, high: float, discount: float) -> tuple[float, float]:
+    """The interval of discounted returns for per-step rewards in `[low, high]` (module docstring)."""
+    if not 0.0 <= discount < 1.0:
+        raise ConfigError(f"LearnerConfig.discount must be < 1 for an 'auto' critic support (returns are "
+                          f"unbounded at discount 1), got {discount}")
+    scale = 1.0 / (1.0 - discount)
+    return min(low, low * scale), max(high, high * scale)
+
+
+def declared_reward_bounds(environment: Any, config: TrainConfig) -> tuple[float, float] | None:
+    """Per-agent-step reward bounds the task declares (module docstring), or None."""
+    spec = environment.reward_spec()
+    if isinstance(spec, specs.BoundedArray):
+        low, high = float(np.min(spec.minimum)), float(np.max(spec.maximum))
+        if np.isfinite(low) and np.isfinite(high) and low <= high:
+            return low, high
+    if config.env.startswith("dmc:"):
+        repeat = config.action_repeat or (2 if config.pixels else 1)
+        return 0.0, float(repeat)
+    return None
+
+
+def observed_reward_bounds(factory: Any, steps: int, seed: int) -> tuple[float, float]:
+    """Smallest and largest reward of `steps` uniformly random agent steps in `factory(seed)`."""
+    environment = factory(seed)
+    try:
+        spec = environment.action_spec()
+        rng = np.random.default_rng(seed)
+        low, high = np.inf, -np.inf
+        environment.reset()
+        for _ in range(steps):
+            timestep = environment.step(rng.uniform(-1.0, 1.0, spec.shape).astype(spec.dtype))
+            if timestep.reward is not None:
+                reward = float(np.sum(timestep.reward))
+                low, high = min(low, reward), max(high, reward)
+            if timestep.last():
+                environment.reset()
+    finally:
+        environment.close()
+    return float(low), float(high)
+
+
+def widen(low: float, high: float) -> tuple[float, float]:
+    span = max(high - low, 1.0)
+    return low - MARGIN_BELOW * span, high + MARGIN_ABOVE * span
+
+
+def resolve_support(config: TrainConfig, factory: Any, environment: Any) -> tuple[TrainConfig, str | None]:
+    """`config` with 'auto' vmin/vmax replaced by numbers, and a line saying how (None if no 'auto').
+
+    `environment` is an already-built instance of the task (for its reward spec); `factory` builds the
+    probe's environment in observed mode.
+    """
+    networks = config.agent.networks
+    if "auto" not in (networks.vmin, networks.vmax):
+        return config, None
+    discount = config.agent.learner.discount
+    declared = declared_reward_bounds(environment, config)
+    if declared is not None:
+        low, high = value_bounds(*declared, discount)
+        how = (f"declared per-step rewards in [{declared[0]:g}, {declared[1]:g}], discount {discount:g}: "
+               f"returns lie in [{low:g}, {high:g}]")
+    else:
+        steps = config.agent.min_replay_size
+        seen = observed_reward_bounds(factory, steps, config.seed + PROBE_SEED_OFFSET)
+        low, high = widen(*value_bounds(*seen, discount))
+        how = (f"{steps} random steps saw rewards in [{seen[0]:.4g}, {seen[1]:.4g}]; at discount "
+               f"{discount:g} widened by {MARGIN_BELOW:g}/{MARGIN_ABOVE:g} of the span below/above")
+    vmin = low if networks.vmin == "auto" else networks.vmin
+    vmax = high if networks.vmax == "auto" else networks.vmax
+    if not vmin < vmax:
+        raise ConfigError(f"NetworkConfig.vmin/vmax: 'auto' resolved to vmin {vmin:g} >= vmax {vmax:g}; set "
+                          "both --agent.networks.vmin and --agent.networks.vmax, or both to auto")
+    resolved = dataclasses.replace(networks, vmin=float(vmin), vmax=float(vmax))
+    config = dataclasses.replace(config, agent=dataclasses.replace(config.agent, networks=resolved))
+    return config, f"critic support auto: [{vmin:.6g}, {vmax:.6g}] ({how})"
+
+
+def report(line: str | None, quiet: bool = False) -> None:
+    if line is not None and not quiet:
+        print(f"dmpo: {line}", file=sys.stderr)
