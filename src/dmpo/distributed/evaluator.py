@@ -42,7 +42,9 @@ class EvaluatorNode:
         self._stop = threading.Event()
         self._wake = threading.Condition()
         self._pending = 0  # rounds asked for and not started
+        self._started_requests = 0  # rounds asked for and started
         self._finishing = False
+        self._requests_expected: int | None = None
         self._settings, self._seed = settings, seed
         # Periodic blocking refreshes only: the period is never reached by the step count.
         self._variables = AsyncVariableClient(learner.get_variables.remote, update_period=2**62)
@@ -79,10 +81,13 @@ class EvaluatorNode:
             self._pending += 1
             self._wake.notify_all()
 
-    def finish(self) -> None:
-        """Lets `run()` return once the rounds asked for are done."""
+    def finish(self, requests: int | None = None) -> None:
+        """Lets `run()` return once the rounds asked for are done. `requests`: how many `request()` calls
+        the caller made; Ray may run this call before some of them on a threaded actor, so `run()` then
+        waits for them all."""
         with self._wake:
             self._finishing = True
+            self._requests_expected = requests
             self._wake.notify_all()
 
     def _next_round(self, last_start: float | None) -> bool:
@@ -91,8 +96,10 @@ class EvaluatorNode:
             while not self._stop.is_set():
                 if self._pending:
                     self._pending -= 1
+                    self._started_requests += 1
                     return True
-                if self._finishing:
+                expected = self._requests_expected
+                if self._finishing and (expected is None or self._started_requests >= expected):
                     return False
                 wait = 1.0
                 if self._period is not None:

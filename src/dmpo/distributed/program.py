@@ -113,6 +113,7 @@ class DistributedProgram:
         self._evaluator_returns: list[tuple[int, float]] = []
         self.evaluation_rows: list[dict[str, Any]] = []
         self._rows_seen = 0  # rows of the current evaluator node collected so far
+        self._requests_sent = 0
         self._snapshot_ref: Any = None
         self._evaluator_generation = 0
         self.counts: dict[str, Any] = {}
@@ -249,6 +250,7 @@ class DistributedProgram:
             period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources)
         self._evaluator_ref = self.evaluator.run.remote()
         self._rows_seen = 0
+        self._requests_sent = 0  # to this evaluator node
 
     # ----------------------------------------------------------------------------------------- poll
 
@@ -291,6 +293,7 @@ class DistributedProgram:
             self.evaluations += 1
             self._last_eval_step = steps
             self.evaluator.request.remote()
+            self._requests_sent += 1
 
     def _learner_finished(self) -> bool:
         ready, _ = ray.wait([self._learner_ref], timeout=0)
@@ -411,7 +414,10 @@ class DistributedProgram:
             final_step = int((counts or self.counts).get("actor_steps", 0))
             if status == "finished" and self.config.eval_every and self._last_eval_step != final_step:
                 self._request_evaluation(final_step)  # the final evaluation, as in one process
-            call_quietly(self.evaluator, "finish")
+            try:
+                self.evaluator.finish.remote(self._requests_sent)
+            except Exception:  # the node is already gone
+                pass
         if self._evaluator_ref is not None:
             self._evaluator_returns.extend(get_quietly(self._evaluator_ref, timeout) or [])
             self._collect_evaluations(timeout)
