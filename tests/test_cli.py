@@ -29,6 +29,10 @@ def run_cli(argv, capsys):
         (["--steps", "0"], "TrainConfig.steps"),
         (["--env", "cartpole"], "TrainConfig.env"),
         (["--eval-episodes", "0"], "TrainConfig.eval_episodes"),  # crashed at the first evaluation
+        (["--actors", "2", "--actor-resources", "{worker: 1}"], "--actor-resources must be a JSON object"),
+        (["--actors", "2", "--learner-resources", '{"GPU": 1}'], "--learner-resources must map custom"),
+        (["--actors", "2", "--replay-resources", '{"head": -1}'], "--replay-resources must map custom"),
+        (["--actor-resources", '{"worker": 1}'], "they need --actors N"),
     ],
 )
 def test_invalid_train_arguments_name_the_field(argv, field, capsys, tmp_path):
