@@ -50,6 +50,7 @@ from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.actor import make_actor_node
 from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill, node_seed
 from dmpo.distributed.counter_service import RemoteCounterService
+from dmpo.distributed.evaluations import EvaluationRows
 from dmpo.distributed.evaluator import make_evaluator_node
 from dmpo.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
 from dmpo.distributed.learner_node import make_learner_node
@@ -112,7 +113,7 @@ class DistributedProgram:
         self._evaluator_ref: Any = None
         self._evaluator_returns: list[tuple[int, float]] = []
         self.evaluation_rows: list[dict[str, Any]] = []
-        self._rows_seen = 0  # rows of the current evaluator node collected so far
+        self._rows = EvaluationRows(self._on_evaluation)
         self._requests_sent = 0
         self._snapshot_ref: Any = None
         self._evaluator_generation = 0
@@ -249,7 +250,7 @@ class DistributedProgram:
             self.learner, self.counter, episodes_per_round=max(self.config.eval_episodes, 1),
             period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources)
         self._evaluator_ref = self.evaluator.run.remote()
-        self._rows_seen = 0
+        self._rows.reset(self.evaluator)
         self._requests_sent = 0  # to this evaluator node
 
     # ----------------------------------------------------------------------------------------- poll
@@ -260,7 +261,7 @@ class DistributedProgram:
             return True
         self._check_critical_nodes()
         self._check_actors()
-        self._collect_evaluations()
+        self._rows.poll()
         self._check_evaluator()
         self._schedule()
         return self.counts.get("actor_steps", 0) >= self.config.steps
@@ -359,15 +360,6 @@ class DistributedProgram:
             self._evaluator_generation += 1
             self._start_evaluator()
 
-    def _collect_evaluations(self, timeout: float = 5.0) -> None:
-        """Hands every new evaluation row of the evaluator to `_on_evaluation`, in order."""
-        if self.evaluator is None:
-            return
-        rows = get_quietly(self.evaluator.rows.remote(self._rows_seen), timeout) or []
-        self._rows_seen += len(rows)
-        for row in rows:
-            self._on_evaluation(row)
-
     def _on_evaluation(self, row: dict[str, Any]) -> None:
         """Every evaluation row reaches the driver here, once (the same dict the evaluator logged)."""
         self.evaluation_rows.append(row)
@@ -420,7 +412,7 @@ class DistributedProgram:
                 pass
         if self._evaluator_ref is not None:
             self._evaluator_returns.extend(get_quietly(self._evaluator_ref, timeout) or [])
-            self._collect_evaluations(timeout)
+            self._rows.drain(timeout)
         get_quietly(self._save_ref, timeout)
         if self.learner is not None and self._learner_alive(timeout):
             self.save_snapshot(wait=True)  # the final policy, as the local trainer writes it
