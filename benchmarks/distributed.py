@@ -1,14 +1,17 @@
 """Distributed DMPO on a local Ray cluster: throughput, learner starvation, parameter fetch cost.
 
 Usage: .venv/bin/python benchmarks/distributed.py [--actors 1 2 4] [--seconds 20] [--env dmc:cartpole-swingup]
-       [--limiters ratio none] [--num-cpus N] [--skip-throughput]
+       [--limiters ratio none] [--sizes small default] [--num-cpus N] [--skip-throughput]
 
 Part 1 — for each number of actors, with the sample/insert ratio limiter (spi = 8) and without it
 (`MinSize`): starts the whole program on one local cluster (no evaluator), waits until the learner has
 compiled and stepped, then measures over `--seconds`: environment steps/s (all actors, from the
 replay's insert count), learner updates/s, samples per insert achieved in that window, the fraction
 of the learner's time spent waiting for a batch, and the fraction of actor time blocked on replay
-inserts (backpressure).
+inserts (backpressure). `--sizes` repeats it with the benchmark's small networks and the default
+ones (policy 256×256×256, critic 512×512×256); each size also gets a single-process run in the same
+round (`local` rows: the synchronous agent at the same samples per insert, one environment loop), so
+the ratios of distributed to local throughput come from one machine state.
 
 Part 2 — costs of one call: fetching policy variables through the learner's `VariablePublisher`
 (hosted by a stand-in node holding numpy parameters of the benchmark's small networks and of the
@@ -61,8 +64,51 @@ def _counts_and_stats(program: DistributedProgram) -> tuple[Any, Any, Any, Any]:
     return counts, learner, actors, replay
 
 
-def measure_throughput(env: str, num_actors: int, limiter: str, seconds: float) -> dict[str, float]:
-    config = SMALL if limiter == "ratio" else dataclasses.replace(SMALL, samples_per_insert=None)
+SIZES = {"small": SMALL.networks, "default": NetworkConfig()}
+
+
+def agent_config(size: str) -> DMPOConfig:
+    return dataclasses.replace(SMALL, networks=SIZES[size])
+
+
+def measure_single_process(env: str, size: str, seconds: float) -> dict[str, float]:
+    """The synchronous agent in this process: env steps/s and updates/s over `seconds` once learning."""
+    from dmpo.agent import DMPO
+    from dmpo.envs import make
+    from dmpo.runners.environment_loop import EnvironmentLoop
+    from dmpo.types import make_environment_spec
+    from dmpo.utils.counting import Counter
+    from dmpo.utils.logging import NoOpLogger
+
+    environment = make(env, seed=0)
+    counter = Counter(time_delta=0.0)
+    learner_counter = Counter(counter, prefix="learner", time_delta=0.0)
+    config = dataclasses.replace(agent_config(size), checkpoint=False)
+    agent = DMPO(make_environment_spec(environment), config, seed=0, counter=learner_counter)
+    window: dict[str, float] = {}
+
+    def stop() -> bool:
+        counts = counter.get_counts()
+        if "start" not in window and counts.get("learner_steps", 0) >= 20:  # compiled and stepping
+            window.update(start=time.monotonic(), steps=counts.get("actor_steps", 0),
+                          updates=counts["learner_steps"])
+        return "start" in window and time.monotonic() - window["start"] >= seconds
+
+    loop = EnvironmentLoop(environment, agent, Counter(counter, prefix="actor", time_delta=0.0), NoOpLogger(),
+                           should_stop=stop)
+    while not stop():  # the loop checks between episodes: run episodes until the window is over
+        loop.run(num_episodes=1)
+    elapsed = time.monotonic() - window["start"]
+    counts = counter.get_counts()
+    agent.close()
+    return {"env_steps_per_s": (counts["actor_steps"] - window["steps"]) / elapsed,
+            "learner_steps_per_s": (counts["learner_steps"] - window["updates"]) / elapsed}
+
+
+def measure_throughput(env: str, num_actors: int, limiter: str, seconds: float,
+                       size: str = "small") -> dict[str, float]:
+    config = agent_config(size)
+    config = config if limiter == "ratio" else dataclasses.replace(config, samples_per_insert=None)
     options = ProgramOptions(variable_update_period=1000, log_time_delta=10.0)
     run = TrainConfig(env=env, steps=10**9, actors=num_actors, eval_every=0, checkpoint_every=0, seed=0,
                       agent=dataclasses.replace(config, checkpoint=False))
@@ -193,15 +239,21 @@ def _calls_per_second(send: Any, in_flight: int, seconds: float = 3.0) -> float:
 
 
 def print_throughput_table(args: argparse.Namespace) -> None:
-    header = ("actors", "limiter", "env steps/s", "updates/s", "spi seen", "learner waits", "actors blocked")
+    header = ("networks", "actors", "limiter", "env steps/s", "updates/s", "spi seen", "learner waits",
+              "actors blocked")
     print("  ".join(f"{h:>14}" for h in header))
-    for limiter in args.limiters:
-        for num_actors in args.actors:
-            row = measure_throughput(args.env, num_actors, limiter, args.seconds)
-            cells = [str(num_actors), limiter, f"{row['env_steps_per_s']:.0f}",
-                     f"{row['learner_steps_per_s']:.1f}", f"{row['samples_per_insert']:.2f}",
-                     f"{row['learner_wait_fraction']:.1%}", f"{row['actor_blocked_fraction']:.1%}"]
-            print("  ".join(f"{cell:>14}" for cell in cells), flush=True)
+    for size in args.sizes:
+        local = measure_single_process(args.env, size, args.seconds)
+        cells = [size, "local", "schedule", f"{local['env_steps_per_s']:.0f}",
+                 f"{local['learner_steps_per_s']:.1f}", "", "", ""]
+        print("  ".join(f"{cell:>14}" for cell in cells), flush=True)
+        for limiter in args.limiters:
+            for num_actors in args.actors:
+                row = measure_throughput(args.env, num_actors, limiter, args.seconds, size)
+                cells = [size, str(num_actors), limiter, f"{row['env_steps_per_s']:.0f}",
+                         f"{row['learner_steps_per_s']:.1f}", f"{row['samples_per_insert']:.2f}",
+                         f"{row['learner_wait_fraction']:.1%}", f"{row['actor_blocked_fraction']:.1%}"]
+                print("  ".join(f"{cell:>14}" for cell in cells), flush=True)
 
 
 def main() -> None:
@@ -209,6 +261,7 @@ def main() -> None:
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--limiters", nargs="+", default=["ratio", "none"], choices=["ratio", "none"])
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--sizes", nargs="+", default=["small"], choices=list(SIZES))
     parser.add_argument("--env", default="dmc:cartpole-swingup")
     parser.add_argument("--num-cpus", type=int, default=None)
     parser.add_argument("--skip-throughput", action="store_true")

@@ -74,13 +74,15 @@ PRESETS: dict[str, tuple[str, ...]] = {
 }
 # Set by the tool itself for every run, so they may not appear among the extra flags.
 _OWN_FLAGS = ("--env", "--seed", "--steps", "--eval-every", "--eval-episodes", "--run-dir", "--resume",
-              "--progress", "--no-progress")
+              "--progress", "--no-progress", "--actors")
 
 
 def train_settings(task: str, seed: int | str, args: argparse.Namespace, preset: str,
                    extra: Sequence[str]) -> tuple[str, ...]:
     return ("--env", task, "--seed", str(seed), "--steps", str(args.steps), "--eval-every",
-            str(args.eval_every), "--eval-episodes", str(args.eval_episodes), *PRESETS[preset], *extra)
+            str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
+            # Only when distributed: single-process runs keep the settings (and folders) they had.
+            *(("--actors", str(args.actors)) if getattr(args, "actors", 0) else ()), *PRESETS[preset], *extra)
 
 
 def _shown(path: str) -> str:
@@ -109,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
     parser.add_argument("--eval-every", type=int, default=10_000, help="steps between evaluations (10000)")
     parser.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
+    parser.add_argument("--actors", type=int, default=0,
+                        help="distributed actors per run (`dmpo train --actors N`, on Ray); 0: one process")
     parser.add_argument("--summarise-only", action="store_true",
                         help="only rebuild the table and figure from the runs under --out "
                              "(--tasks / --preset / --seeds then filter)")
@@ -137,6 +141,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     for name in ("steps", "jobs", "eval_every", "eval_episodes", "resamples"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.actors < 0:
+        parser.error(f"--actors must be an integer >= 0, got {args.actors}")
     own = [flag for flag in extra if flag.split("=", 1)[0] in _OWN_FLAGS]
     if own:
         parser.error(f"the flags after `--` may not set {own}: the benchmark sets {list(_OWN_FLAGS)} itself")

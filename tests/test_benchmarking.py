@@ -387,3 +387,17 @@ def test_an_interrupt_passes_one_sigint_to_each_run_and_waits_for_it(tmp_path, m
         run_all([(run, "start")], jobs=1, manifest=manifest)
     assert stopped.exists()  # the run saw SIGINT and could clean up (a real one writes a checkpoint)
     assert Manifest(tmp_path).data["runs"][run.key]["attempts"][0]["returncode"] == 5
+
+
+def test_learning_benchmark_passes_actors_to_dmpo_train(learning):
+    """`--actors N` makes every run distributed; without it the run settings (and folders) are unchanged."""
+    local, extra = learning.parse_args(["--tasks", "dmc:cartpole-swingup", "--out", "o"])
+    assert "--actors" not in learning.train_settings("dmc:cartpole-swingup", 0, local, "default", extra)
+    distributed, extra = learning.parse_args(["--tasks", "dmc:cartpole-swingup", "--actors", "2",
+                                              "--out", "o"])
+    settings = learning.train_settings("dmc:cartpole-swingup", 0, distributed, "default", extra)
+    assert settings[settings.index("--actors") + 1] == "2"
+    with pytest.raises(SystemExit):
+        learning.parse_args(["--tasks", "dmc:cartpole-swingup", "--actors", "-1", "--out", "o"])
+    with pytest.raises(SystemExit):  # the benchmark sets --actors itself
+        learning.parse_args(["--tasks", "dmc:cartpole-swingup", "--out", "o", "--", "--actors", "2"])

@@ -126,6 +126,15 @@ def test_run_config_fields_a_mode_cannot_honour_fail_at_start(tmp_path):
         TrainConfig(actors=2, overlap_learner=True)
     with pytest.raises(ConfigError, match="overlap_learner"):
         TrainConfig(overlap_learner=True, agent=dataclasses.replace(TINY, samples_per_insert=None))
+    # samples_per_insert=None is "no ratio" (MinSize): the distributed learner runs it, one process cannot.
+    no_ratio = dataclasses.replace(TINY, samples_per_insert=None)
+    with pytest.raises(ConfigError, match="DMPOConfig.samples_per_insert.*actors = 0"):
+        TrainConfig(agent=no_ratio)
+    assert DMPOBuilder(no_ratio, make_environment_spec(FACTORIES["states"](0))).make_rate_limiter(
+        "ratio") == MinSize(TINY.min_replay_size)
+    assert TrainConfig(actors=2, agent=no_ratio).agent.samples_per_insert is None
+    with pytest.raises(ValueError, match="samples_per_insert must be a number"):
+        DMPO(make_environment_spec(FACTORIES["states"](0)), no_ratio)
     from dmpo.runners.local import train
 
     no_checkpoints = TrainConfig(env="test:fake", agent=dataclasses.replace(TINY, checkpoint=False))

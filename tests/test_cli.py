@@ -30,6 +30,10 @@ def run_cli(argv, capsys):
         (["--steps", "0"], "TrainConfig.steps"),
         (["--env", "cartpole"], "TrainConfig.env"),
         (["--eval-episodes", "0"], "TrainConfig.eval_episodes"),  # crashed at the first evaluation
+        (["--actors", "2", "--actor-resources", "{worker: 1}"], "--actor-resources must be a JSON object"),
+        (["--actors", "2", "--learner-resources", '{"GPU": 1}'], "--learner-resources must map custom"),
+        (["--actors", "2", "--replay-resources", '{"head": -1}'], "--replay-resources must map custom"),
+        (["--actor-resources", '{"worker": 1}'], "they need --actors N"),
     ],
 )
 def test_invalid_train_arguments_name_the_field(argv, field, capsys, tmp_path):
@@ -108,18 +112,61 @@ def test_train_eval_plot_end_to_end(tmp_path):
 
 
 @pytest.mark.ray
-def test_distributed_train_and_resume_from_the_command_line(tmp_path):
-    """`dmpo train --actors 2` on a private local Ray cluster keeps the TrainConfig and checkpoints."""
+def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
+    """`dmpo train --actors 2` leaves what a local run leaves (evaluation rows, policy snapshot), within
+    the documented budget bound, and `dmpo eval`, `dmpo plot` and `--resume` work on it."""
+    import csv
+
+    from dmpo.runners.checkpoints import TrainingCheckpoints
+
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "dmpo.cli"]
     env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
-    common = ["--action-repeat", "8", "--eval-episodes", "1", *TINY]
+    episode = 125  # cartpole with action repeat 8
+    common = ["--action-repeat", "8", "--eval-episodes", "2", "--eval-every", "250", *TINY]
     first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--run-dir", str(run), *common],
                            capture_output=True, text=True, timeout=600, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "finished:" in first.stdout
+    assert "finished:" in first.stdout and "last evaluation return" in first.stdout
     assert (run / "config.json").read_text().count('"actors": 2') == 1  # the whole TrainConfig is kept
     assert any((run / "checkpoints").iterdir())
+    state = json.loads(TrainingCheckpoints(run / "checkpoints").latest().joinpath("state.json").read_text())
+    # The budget: the actors stop themselves, at most one episode each past --steps.
+    assert 400 <= state["env_steps"] < 400 + 2 * episode, state["env_steps"]
+
+    with open(run / "logs" / "evaluator" / "logs.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    local_columns = {"return_mean", "return_std", "return_min", "return_max", "length_mean", "actor_steps",
+                     "learner_steps", "evaluator_episodes", "evaluator_steps"}
+    assert local_columns <= set(rows[0]) and "episode_return" not in rows[0]
+    # One row per round: the 250 boundary and the end, each of two episodes.
+    assert [int(row["evaluator_episodes"]) for row in rows] == [2, 4]
+    assert float(rows[-1]["length_mean"]) == episode
+    from dmpo.snapshot import load_policy
+
+    snapshot = load_policy(run)
+    assert snapshot.metadata["env"] == "dmc:cartpole-swingup" and snapshot.metadata["action_repeat"] == 8
+    assert snapshot.metadata["actor_steps"] >= int(rows[-1]["actor_steps"])
+
+    evaluation = subprocess.run([*cli, "eval", str(run), "--episodes", "1"], capture_output=True, text=True,
+                                timeout=600, env=env)
+    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+    assert "dmc:cartpole-swingup: return" in evaluation.stdout
+    png = tmp_path / "curves.png"
+    plot = subprocess.run([*cli, "plot", str(run), "-o", str(png)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert plot.returncode == 0, plot.stderr[-3000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    resumed = subprocess.run([*cli, "train", "--resume", str(run), "--steps", "700"], capture_output=True,
+                             text=True, timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    latest = json.loads(TrainingCheckpoints(run / "checkpoints").latest().joinpath("state.json").read_text())
+    assert 700 <= latest["env_steps"] < 700 + 2 * episode
+    with open(run / "logs" / "evaluator" / "logs.csv") as handle:
+        after = list(csv.DictReader(handle))
+    assert len(after) > len(rows) and int(after[-1]["actor_steps"]) >= 700
+    assert load_policy(run).metadata["actor_steps"] >= 700
 
 
 def gym_snapshot(tmp_path, env_name="gym:InvertedPendulum-v5"):

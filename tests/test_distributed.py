@@ -342,6 +342,14 @@ def test_bad_arguments_fail_before_any_node_starts(tmp_path):
         DistributedProgram(train_config(actors=0), run_dir=tmp_path / "a", env_factory=fake_environment)
     with pytest.raises(ConfigError, match="overlap_learner"):
         train_config(overlap_learner=True)
+    # One learner call runs sgd_steps_per_call updates: a budget between two calls could not be exact.
+    four_per_call = dataclasses.replace(TINY, learner=dataclasses.replace(TINY.learner, sgd_steps_per_call=4))
+    with pytest.raises(ConfigError, match="max_learner_steps must be a multiple of.*sgd_steps_per_call"):
+        DistributedProgram(train_config(agent=four_per_call), run_dir=tmp_path / "a",
+                           env_factory=fake_environment, options=options(max_learner_steps=10))
+    for bad in ({"CPU": 1}, {"worker": -1}, ["worker"], {"worker": True}):
+        with pytest.raises(ValueError, match="actor_resources"):
+            options(actor_resources=bad)
     with pytest.raises(ConfigError, match="checkpoint"):
         DistributedProgram(train_config(agent=dataclasses.replace(TINY, checkpoint=False)),
                            run_dir=tmp_path / "a", env_factory=fake_environment, resume=True)
@@ -356,6 +364,23 @@ def test_bad_arguments_fail_before_any_node_starts(tmp_path):
     (old / "checkpoints" / "step_000000000100" / "state.json").write_text("{}")
     with pytest.raises(FileExistsError, match="resume=True"):
         DistributedProgram(train_config(), run_dir=old, env_factory=fake_environment)
+
+
+def read_csv(path):
+    import csv
+
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def assert_trees_equal(a, b) -> None:
+    import jax
+
+    leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+    leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+    assert tree_a == tree_b and len(leaves_a) == len(leaves_b) > 0
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def options(**overrides) -> ProgramOptions:
@@ -443,7 +468,12 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
     assert replay_file is not None and saved["env_steps"] >= 200  # the checkpoint_every=200 boundary
     target = saved["learner_steps"] + 15
     result = run_distributed(train_config(), run_dir, env_factory=fake_environment, resume=True,
-                             progress=False, options=options(max_learner_steps=target))
+                             progress=False, options=options(max_learner_steps=target, log_time_delta=30.0))
+    # Metrics leave the device only for the rows the learner node's own logger writes (one at the
+    # start, then at most one per 30 s), not on each of the 15 steps.
+    learner_rows = read_csv(run_dir / "logs" / "learner" / "logs.csv")
+    written = [row for row in learner_rows if int(row["learner_steps"]) > saved["learner_steps"]]
+    assert result.learner["metric_fetches"] == len(written) <= 2
     assert result.status == "finished" and result.resumed_from == saved["learner_steps"]
     assert result.learner["steps"] == target and result.counts["learner_steps"] == target
     # Counts continue from the checkpoint and add up exactly across nodes.
@@ -467,6 +497,38 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
     assert (run_dir / "logs" / "learner" / "logs.csv").is_file()
     assert (run_dir / "logs" / "evaluator" / "logs.csv").is_file()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
+
+    # Resume once more without a learner step: the learner node holds exactly the checkpoint's state,
+    # and each node reports what it built, which must be what the single-process agent builds.
+    latest = TrainingCheckpoints(run_dir / "checkpoints").latest()
+    final = json.loads((latest / "state.json").read_text())
+    program = DistributedProgram(train_config(), run_dir=run_dir, env_factory=fake_environment, resume=True,
+                                 options=options(max_learner_steps=final["learner_steps"]))
+    program.start()
+    try:
+        restored = ray.get(program.learner.learner_state.remote(), timeout=DEADLINE)
+        replay = ray.get(program.replay.describe.remote(), timeout=DEADLINE)
+        actor = ray.get(program.actor_handles[0].describe.remote(), timeout=DEADLINE)
+        learner = ray.get(program.learner.describe.remote(), timeout=DEADLINE)
+    finally:
+        program.stop()
+    checkpointed, _, _ = TrainingCheckpoints.load(latest, local.learner.save_state())
+    assert int(restored.steps) == final["learner_steps"] == int(checkpointed.steps)
+    assert_trees_equal(restored, checkpointed)  # params, optimiser states, duals, step, key
+    overlapped = DMPO(make_environment_spec(fake_environment(0)), TINY, seed=0, overlap_learner=True)
+    try:
+        assert replay["table_class"] == type(overlapped.table).__name__ == "Table"
+        assert replay["rate_limiter"] == overlapped.table.rate_limiter == SampleToInsertRatio(
+            4.0, TINY.min_replay_size, max(0.1 * 4.0 * TINY.min_replay_size, 8.0, 1.0))
+        assert replay["signature"] == overlapped.table.signature == actor["signature"]
+        assert replay["max_size"] == TINY.max_replay_size
+        assert (actor["adder_class"], actor["n_step"]) == (type(overlapped.adder).__name__, TINY.n_step)
+        assert actor["discount"] == pytest.approx(float(overlapped.adder.discount))
+        assert actor["total_steps"] == train_config().steps
+        assert learner["learner_config"] == overlapped.learner.config == TINY.learner
+        assert learner["agent_config"] == TINY
+    finally:
+        overlapped.close()
 
 
 # ------------------------------------------------------------- own cluster, Ctrl-C, nothing left over

@@ -160,6 +160,46 @@ def test_metrics_are_fetched_only_for_rows_the_logger_writes(monkeypatch):
                 assert row[key] == want[key], (row["steps"], key)
 
 
+def test_the_learner_node_logger_fetches_only_the_rows_it_writes(tmp_path, monkeypatch):
+    """The logger the distributed learner node builds (10 s rows) fetched all 20 steps' metrics when
+    its count-filling wrapper hid `will_write`; it must fetch one, as the local logger does."""
+    from dmpo.distributed.common import make_node_logger
+
+    logger = make_node_logger("learner", str(tmp_path), time_delta=10.0)
+    learner = Learner(NETWORKS, SPEC, CONFIG, batches(20), seed=2, logger=logger,
+                      counter=Counter(time_delta=0.0))
+    counting = CountingDeviceGet(jax.device_get)
+    monkeypatch.setattr(jax, "device_get", counting)
+    learner.run(20)
+    monkeypatch.undo()
+    logger.close()
+    assert counting.calls == learner.metric_fetches == 1
+
+
+def test_the_local_trainer_fetches_only_the_rows_its_learner_log_holds(tmp_path):
+    import csv
+
+    from dmpo.config import TrainConfig
+    from dmpo.runners.local import LocalTrainer
+    from dmpo.runs import RunDirectory
+
+    agent = DMPOConfig(batch_size=8, min_replay_size=16, max_replay_size=500, samples_per_insert=8.0,
+                       n_step=2,
+                       learner=LearnerConfig(num_samples=2),
+                       networks=NetworkConfig(policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5))
+    config = TrainConfig(env="test:fake", steps=200, eval_every=0, checkpoint_every=0, agent=agent)
+    run = RunDirectory.create(tmp_path / "run", config, seed=0)
+    trainer = LocalTrainer(config, run, progress=False, quiet=True,
+                           env_factory=lambda seed: FakeEnvironment(observation_shape=(3,), action_dim=1,
+                                                                    episode_length=20, seed=seed % 1000))
+    summary = trainer.run()
+    with open(tmp_path / "run" / "logs" / "learner" / "logs.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    steps = summary["counts"]["learner_steps"]
+    assert steps >= 150  # (200 - 16) observations, one update per observation
+    assert trainer.agent.learner.metric_fetches == len(rows) < steps / 4
+
+
 def test_no_fetch_at_all_for_a_no_op_logger(monkeypatch):
     learner = Learner(NETWORKS, SPEC, CONFIG, batches(3), seed=2, logger=Dispatcher([NoOpLogger()]))
     counting = CountingDeviceGet(jax.device_get)

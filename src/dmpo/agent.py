@@ -62,9 +62,10 @@ class DMPO:
                  overlap_learner: bool = False) -> None:
         config = config if config is not None else DMPOConfig()
         builder = DMPOBuilder(config, environment_spec, networks=networks)
-        if overlap_learner and config.samples_per_insert is None:
-            raise ValueError("config.samples_per_insert must be set when overlap_learner=True "
-                             "(the table's rate limiter holds that ratio)")
+        if config.samples_per_insert is None:
+            raise ValueError("config.samples_per_insert must be a number > 0 for the single-process agent: "
+                             "its update schedule (or, overlapped, its rate limiter) is that ratio; None "
+                             "(no ratio) is for the distributed program only")
         self.config = config
         self.builder = builder
         self.overlap_learner = overlap_learner

@@ -36,6 +36,9 @@ def train(
     preset: Literal["default", "reference", "fast"] = "default",
     progress: bool = True,
     ray_address: str | None = None,
+    actor_resources: str | None = None,
+    learner_resources: str | None = None,
+    replay_resources: str | None = None,
 ) -> None:
     """Train DMPO (single process, or on Ray with --actors N).
 
@@ -50,6 +53,10 @@ def train(
         or actors (recorded in run.json); any other differing flag is an error.
       progress: show a live progress line on a terminal.
       ray_address: join this Ray cluster instead of starting a local one (with --actors).
+      actor_resources: Ray resources each actor (and the evaluator) asks for, as JSON, e.g.
+        '{"worker": 1}' to place them on nodes started with `ray start --resources '{"worker": 8}'`.
+      learner_resources: Ray resources the learner asks for (JSON), e.g. '{"learner_node": 1}'.
+      replay_resources: Ray resources the replay node asks for (JSON).
     """
     import contextlib
 
@@ -58,6 +65,12 @@ def train(
     from dmpo.runs import check_run_path
 
     del preset  # `main` has already built the config from it, so that flags apply on top
+    resources = {"actor_resources": actor_resources, "learner_resources": learner_resources,
+                 "replay_resources": replay_resources}
+    if any(resources.values()) and not config.actors:
+        _fail("--actor-resources, --learner-resources and --replay-resources place Ray nodes; they need "
+              "--actors N (N >= 1)")
+    placement = _parse_resources(resources)  # a malformed JSON flag fails before anything starts
     try:
         with contextlib.ExitStack() as stack:
             if resume is not None:
@@ -70,7 +83,7 @@ def train(
             elif run_dir is not None:
                 check_run_path(run_dir)
             summary = _train(config, run_dir, resume=resume is not None, progress=progress,
-                             ray_address=ray_address)
+                             ray_address=ray_address, resources=placement)
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the checkpoint is written already
         print(f"dmpo: {message(error)}", file=sys.stderr)
         raise SystemExit(exit_code(error)) from None
@@ -84,14 +97,14 @@ def train(
 
 
 def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
-           ray_address: str | None) -> dict:
+           ray_address: str | None, resources: dict | None = None) -> dict:
     from dmpo.checkpointing import CheckpointError
 
     if config.pixels:
         os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
     if config.actors:
         return _train_distributed(config, run_dir, resume=resume, progress=progress,
-                                  ray_address=ray_address)
+                                  ray_address=ray_address, resources=resources)
     from dmpo.envs import EnvError
     from dmpo.runners.local import train as train_locally
 
@@ -195,8 +208,29 @@ def _apply_resume_flags(resume: Path, config: TrainConfig) -> TrainConfig:
     return config
 
 
+def _parse_resources(flags: dict[str, str | None]) -> dict[str, dict[str, float] | None]:
+    """`--actor-resources '{"worker": 1}'` and co.: JSON objects of resource name -> amount >= 0."""
+    import json
+
+    from dmpo.distributed.options import valid_resources
+
+    parsed = {}
+    for name, text in flags.items():
+        flag = "--" + name.replace("_", "-")
+        try:
+            value = None if text is None else json.loads(text)
+        except json.JSONDecodeError as error:
+            _fail(f"{flag} must be a JSON object of Ray resource names and amounts, e.g. "
+                  f"'{{\"worker\": 1}}'; got {text!r} ({error.msg})")
+        if not valid_resources(value):
+            _fail(f"{flag} must map custom Ray resource names (not CPU/GPU) to amounts >= 0, e.g. "
+                  f"'{{\"worker\": 1}}'; got {text!r}")
+        parsed[name] = value
+    return parsed
+
+
 def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
-                       ray_address: str | None) -> dict:
+                       ray_address: str | None, resources: dict | None = None) -> dict:
     """`dmpo train --actors N`: the Ray program of `dmpo.distributed` on this TrainConfig."""
     try:  # Ray is an extra: the single-process path never imports it
         import ray  # noqa: F401
@@ -204,7 +238,7 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
         _fail("--actors needs Ray, which is not installed; install it with: "
               "pip install 'dmpo[distributed]'")
     from dmpo.checkpointing import CheckpointError
-    from dmpo.distributed import NodeFailure, run_distributed
+    from dmpo.distributed import NodeFailure, ProgramOptions, run_distributed
     from dmpo.envs import EnvError
     from dmpo.runs import RunDirectory, new_run_path
     from dmpo.task_setup import prepare_task
@@ -221,15 +255,15 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
         except (FileExistsError, ConfigError) as error:
             _fail(str(error))
     try:
-        result = run_distributed(config, run_dir, ray_address=ray_address, progress=progress, resume=resume)
+        result = run_distributed(config, run_dir, ray_address=ray_address, progress=progress, resume=resume,
+                                 options=ProgramOptions(**(resources or {})))
     except (FileNotFoundError, CheckpointError) as error:
         _fail(str(error))
     except NodeFailure as error:
         print(f"dmpo: error: {error}", file=sys.stderr)
         print(f"dmpo: continue with: dmpo train --resume {run_dir}", file=sys.stderr)
         raise SystemExit(1) from error
-    returns = [value for _, value in result.evaluator_returns[-config.eval_episodes or None:]]
-    last_eval = {"return_mean": sum(returns) / len(returns)} if returns else None
+    last_eval = result.evaluation_rows[-1] if result.evaluation_rows else None
     return {"env_steps": int(result.counts.get("actor_steps", 0)), "run_dir": result.run_dir,
             "last_eval": last_eval}
 

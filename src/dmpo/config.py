@@ -158,7 +158,9 @@ class DMPOConfig:
     min_replay_size: int = 1000
     max_replay_size: int = 1_000_000
     samples_per_insert: float | None = 32.0
-    """Target ratio of sampled to inserted items; None disables the ratio (distributed only)."""
+    """Target ratio of sampled to inserted items. None: no ratio, the distributed learner samples as
+    fast as it can once `min_replay_size` items are in (spec §2 `MinSize`); only the distributed
+    program can run that, so a single-process run (`actors=0`) refuses None."""
     n_step: int = 5
     checkpoint: bool = True
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
@@ -268,6 +270,10 @@ class TrainConfig:
         _check(not (self.overlap_learner and self.agent.samples_per_insert is None),
                "TrainConfig.overlap_learner", "False when agent.samples_per_insert is None (the "
                "overlapped learner's rate limiter holds that ratio)", self.overlap_learner)
+        _check(self.actors > 0 or self.agent.samples_per_insert is not None, "DMPOConfig.samples_per_insert",
+               "a number > 0 when actors = 0 (None means 'no sample/insert ratio', which only the "
+               "distributed learner can run; the single-process agent's update schedule is the ratio)",
+               self.agent.samples_per_insert)
         _check(self.eval_every == 0 or self.eval_episodes >= 1, "TrainConfig.eval_episodes",
                "a positive integer while eval_every > 0 (set eval_every=0 to turn evaluation off)",
                self.eval_episodes)

@@ -9,6 +9,12 @@ without waiting for it.
 The node is a threaded Ray actor: `run()` loops over episodes on one thread while `stop()` and
 `stats()` answer on another. `run()` returns (after finishing its current episode) once `stop()` is
 called or `max_steps` is reached, having flushed its writer and pushed its counts.
+
+The run's budget (`total_steps`, `TrainConfig.steps`) is held by the actors themselves: at every
+episode end a node pushes its counts to the counter service and reads the total back, and stops once
+the total reaches the budget. Every episode counted before the total crossed it is below the budget,
+and each node finishes at most one episode after that, so a run ends with fewer than
+`steps + actors × longest episode` environment steps, whenever the driver's polls come.
 """
 
 from __future__ import annotations
@@ -29,13 +35,14 @@ class ActorNode:
 
     def __init__(self, settings: NodeSettings, index: int, seed: int, learner: Any, replay: Any,
                  counter_service: Any, *, persist_logs: bool, insert_batch_size: int = 32,
-                 max_inserts_in_flight: int = 2) -> None:
+                 max_inserts_in_flight: int = 2, total_steps: int | None = None) -> None:
         from dmpo.replay import BatchedWriter
         from dmpo.runners.environment_loop import EnvironmentLoop
 
         builder = settings.builder
         self.index = index
         self.seed = seed
+        self._total_steps = total_steps
         self._stop = threading.Event()
         self._settings = settings
         self._variables = AsyncVariableClient(learner.get_variables.remote, settings.variable_update_period)
@@ -43,7 +50,8 @@ class ActorNode:
                                           should_stop=self._stop.is_set)
         self._batcher = BatchedWriter(self._writer, insert_batch_size, signature=builder.signature)
         # update_period=1: the variable client itself decides when to fetch (every call is cheap).
-        self._actor = builder.make_actor(self._variables, seed=seed, adder=builder.make_adder(self._batcher))
+        self._adder = builder.make_adder(self._batcher)
+        self._actor = builder.make_actor(self._variables, seed=seed, adder=self._adder)
         self._counter = make_child_counter(counter_service, "actor", settings.counter_time_delta)
         self._logger = make_node_logger("actor", settings.run_dir if persist_logs else None,
                                         time_delta=settings.log_time_delta)
@@ -56,6 +64,16 @@ class ActorNode:
     def _count_episode(self, row: dict[str, Any]) -> None:
         self.steps += int(row["episode_length"])
         self.episodes += 1
+        if self._total_steps is not None:  # the run's budget (module docstring): one push per episode
+            if self._counter.sync().get("actor_steps", 0) >= self._total_steps:
+                self._stop.set()
+
+    def describe(self) -> dict[str, Any]:
+        """What this node built (parity tests): its adder's settings, signature and budget."""
+        adder = self._adder
+        return {"adder_class": type(adder).__name__, "n_step": adder.n_step,
+                "discount": float(adder.discount), "signature": self._settings.builder.signature,
+                "total_steps": self._total_steps}
 
     def run(self, max_steps: int | None = None) -> dict[str, Any]:
         """Acts until `stop()` or until at least `max_steps` steps of this node; returns `stats()`."""
@@ -92,8 +110,8 @@ class ActorNode:
 
 
 def make_actor_node(settings: NodeSettings, index: int, seed: int, learner: Any, replay: Any,
-                    counter_service: Any, **kwargs: Any) -> Any:
+                    counter_service: Any, *, resources: dict[str, float] | None = None, **kwargs: Any) -> Any:
     """Starts actor `index` as a Ray actor (not restarted by Ray: the driver replaces it with a new seed)."""
     cls = ray.remote(num_cpus=0, max_concurrency=3, max_restarts=0)(ActorNode)
-    return cls.options(runtime_env={"env_vars": dict(ACTING_NODE_ENV)}).remote(
+    return cls.options(runtime_env={"env_vars": dict(ACTING_NODE_ENV)}, resources=resources or {}).remote(
         settings, index, seed, learner, replay, counter_service, **kwargs)

@@ -62,6 +62,12 @@ class _WithAllCounts:
     def write(self, data: Any) -> None:
         self._logger.write({**{key: 0 for key in COUNT_KEYS}, **data})
 
+    def will_write(self) -> bool:
+        # Without it `utils.logging.will_write` assumes True and the learner fetches every step's metrics.
+        from dmpo.utils.logging import will_write
+
+        return will_write(self._logger)
+
     def close(self) -> None:
         self._logger.close()
 

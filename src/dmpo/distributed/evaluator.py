@@ -6,7 +6,12 @@ the builder's evaluation actor, which writes nothing. A round starts when the dr
 (`request()`, at every `TrainConfig.eval_every` environment-step boundary, as the single-process
 trainer evaluates) and, if `period_seconds` is set, also once that many seconds have passed since
 the previous round began. `finish()` ends `run()` after the rounds asked for; `stop()` ends it now.
-Episodes go to the `evaluator` logger and the `evaluator_*` counts.
+
+A round is `runners.environment_loop.evaluate`, the single-process trainer's own evaluation, and
+writes the same row: one per round, `return_mean/std/min/max`, `length_mean` and every count, to the
+`evaluator` logger (CSV/TensorBoard under the run directory), so `dmpo plot` and the benchmark
+summaries read a distributed run as they read a local one. The driver collects the rows
+(`rows(start)`) and acts on each one in one place (`DistributedProgram._on_evaluation`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import ray
 
 from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
@@ -27,8 +33,6 @@ class EvaluatorNode:
 
     def __init__(self, settings: NodeSettings, seed: int, learner: Any, counter_service: Any, *,
                  episodes_per_round: int = 1, period_seconds: float | None = None) -> None:
-        from dmpo.runners.environment_loop import EnvironmentLoop
-
         if not isinstance(episodes_per_round, int) or episodes_per_round < 1:
             raise ValueError(f"episodes_per_round must be a positive integer, got {episodes_per_round!r}")
         if period_seconds is not None and not period_seconds >= 0:
@@ -38,21 +42,38 @@ class EvaluatorNode:
         self._stop = threading.Event()
         self._wake = threading.Condition()
         self._pending = 0  # rounds asked for and not started
+        self._started_requests = 0  # rounds asked for and started
         self._finishing = False
+        self._requests_expected: int | None = None
         self._settings, self._seed = settings, seed
         # Periodic blocking refreshes only: the period is never reached by the step count.
         self._variables = AsyncVariableClient(learner.get_variables.remote, update_period=2**62)
-        actor = settings.builder.make_evaluation_actor(self._variables, seed=seed)
+        self._actor = settings.builder.make_evaluation_actor(self._variables, seed=seed)
         self._counter = make_child_counter(counter_service, "evaluator", settings.counter_time_delta)
         self._logger = make_node_logger("evaluator", settings.run_dir, time_delta=0.0)
-        self._make_loop = lambda environment: EnvironmentLoop(
-            environment, actor, self._counter, self._logger, label="evaluator",
-            should_stop=self._stop.is_set, on_episode_end=self._record)
         self.returns: list[tuple[int, float]] = []  # (learner variable version, episode return)
+        self._rows: list[dict[str, Any]] = []
         self.rounds = 0
 
-    def _record(self, row: dict[str, Any]) -> None:
-        self.returns.append((self._variables.version, float(row["episode_return"])))
+    def _evaluate_round(self, environment: Any) -> dict[str, Any]:
+        """One round with the newest weights; logs its row (the local trainer's columns) and returns it."""
+        from dmpo.runners.environment_loop import evaluate
+
+        self._variables.update(wait=True)
+        self._actor.update(wait=True)
+        version = self._variables.version
+        result = evaluate(environment, self._actor.select_action, self._episodes_per_round)
+        self.returns.extend((version, float(value)) for value in result["episode_returns"])
+        self._counter.increment(episodes=self._episodes_per_round, steps=int(sum(result["episode_lengths"])))
+        counts = self._counter.sync()  # the totals of every node, this round's episodes included
+        row = {**{key: value for key, value in result.items() if np.isscalar(value)}, **counts}
+        self._logger.write(row)
+        self._rows.append(row)
+        return row
+
+    def rows(self, start: int = 0) -> list[dict[str, Any]]:
+        """The evaluation rows logged so far, from index `start` on (the driver's collection)."""
+        return list(self._rows[start:])
 
     def request(self) -> None:
         """Asks for one more evaluation round."""
@@ -60,10 +81,13 @@ class EvaluatorNode:
             self._pending += 1
             self._wake.notify_all()
 
-    def finish(self) -> None:
-        """Lets `run()` return once the rounds asked for are done."""
+    def finish(self, requests: int | None = None) -> None:
+        """Lets `run()` return once the rounds asked for are done. `requests`: how many `request()` calls
+        the caller made; Ray may run this call before some of them on a threaded actor, so `run()` then
+        waits for them all."""
         with self._wake:
             self._finishing = True
+            self._requests_expected = requests
             self._wake.notify_all()
 
     def _next_round(self, last_start: float | None) -> bool:
@@ -72,8 +96,10 @@ class EvaluatorNode:
             while not self._stop.is_set():
                 if self._pending:
                     self._pending -= 1
+                    self._started_requests += 1
                     return True
-                if self._finishing:
+                expected = self._requests_expected
+                if self._finishing and (expected is None or self._started_requests >= expected):
                     return False
                 wait = 1.0
                 if self._period is not None:
@@ -88,12 +114,11 @@ class EvaluatorNode:
         """Evaluates until `finish()` or `stop()`; returns every (variable version, return) pair."""
         try:
             # Built on this thread: a pixel environment's OpenGL context is bound to its creating thread.
-            loop = self._make_loop(self._settings.env_factory(self._seed))
+            environment = self._settings.env_factory(self._seed)
             started = None
             while self._next_round(started):
                 started = time.monotonic()
-                self._variables.update(wait=True)
-                loop.run(num_episodes=self._episodes_per_round)
+                self._evaluate_round(environment)
                 self.rounds += 1
         finally:
             self._counter.sync()
@@ -114,7 +139,7 @@ class EvaluatorNode:
 
 
 def make_evaluator_node(settings: NodeSettings, seed: int, learner: Any, counter_service: Any,
-                        **kwargs: Any) -> Any:
+                        resources: dict[str, float] | None = None, **kwargs: Any) -> Any:
     cls = ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)(EvaluatorNode)
-    return cls.options(runtime_env={"env_vars": dict(ACTING_NODE_ENV)}).remote(
+    return cls.options(runtime_env={"env_vars": dict(ACTING_NODE_ENV)}, resources=resources or {}).remote(
         settings, seed, learner, counter_service, **kwargs)

@@ -12,6 +12,10 @@ state.json = `dmpo.builder.CheckpointState`, replay contents when `save_replay`)
 for them (`save()`) at `checkpoint_every` environment-step boundaries; one more is written when
 `run()` ends. `DMPOConfig.checkpoint=False` writes none. `resume=True` restores the learner state
 and the shared counts from the latest one (the replay node restores the table itself).
+
+The policy snapshot (`<run_dir>/snapshots/policy.msgpack`, `dmpo.snapshot.save_policy`, written
+atomically) is also written here, from the learner's target policy, when the driver asks
+(`save_snapshot`: after every evaluation round and at the end), with the local trainer's metadata.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class LearnerNode:
         from dmpo.learning.stepping import SteppingLoop
 
         builder = settings.builder
+        self._settings = settings
         self._counter_service = counter_service
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -160,6 +165,33 @@ class LearnerNode:
         counts["learner_steps"] = state.learner_steps
         ray.get(self._counter_service.restore.remote(counts))
 
+    def save_snapshot(self, metadata: dict[str, Any]) -> str:
+        """Writes the policy snapshot of the current target policy; `metadata` is the run's (env, pixels,
+        action_repeat); the step counts are added here. Returns the file's path."""
+        from pathlib import Path
+
+        from dmpo.snapshot import save_policy
+
+        with self._lock:
+            params = self._learner.policy_params()
+            steps = self.steps
+        counts = self._counter.get_counts()
+        builder = self._settings.builder
+        path = Path(self._settings.run_dir) / "snapshots" / "policy.msgpack"
+        return str(save_policy(path, builder.environment_spec, builder.config.networks, params,
+                               metadata={**metadata, "actor_steps": int(counts.get("actor_steps", 0)),
+                                         "learner_steps": steps}))
+
+    def learner_state(self) -> Any:
+        """A host copy of the whole training state (params, optimiser states, duals, step, key)."""
+        with self._lock:
+            return self._learner.save_state()
+
+    def describe(self) -> dict[str, Any]:
+        """What this node built (parity tests): its learner's config and batches per step."""
+        return {"learner_config": self._learner.config, "batches_per_step": self._learner.batches_per_step,
+                "agent_config": self._settings.config, "logger": type(self._logger).__name__}
+
     # ---------------------------------------------------------------------------------------- stats
 
     def stats(self) -> dict[str, Any]:
@@ -172,6 +204,7 @@ class LearnerNode:
             "run_seconds": running,
             "data_wait_seconds": self._batches.wait_seconds,
             "data_wait_fraction": min(1.0, self._batches.wait_seconds / max(running, 1e-9)),
+            "metric_fetches": self._learner.metric_fetches,
         }
 
     def ping(self) -> int:
@@ -179,7 +212,8 @@ class LearnerNode:
 
 
 def make_learner_node(settings: NodeSettings, seed: int, replay: Any, counter_service: Any, *,
-                      use_gpu: bool, **kwargs: Any) -> Any:
-    """Starts the learner as a Ray actor, on a GPU when `use_gpu` (Ray then sets CUDA_VISIBLE_DEVICES)."""
+                      use_gpu: bool, resources: dict[str, float] | None = None, **kwargs: Any) -> Any:
+    """Starts the learner as a Ray actor, on a GPU when `use_gpu` (Ray then sets CUDA_VISIBLE_DEVICES),
+    on a node with `resources` (custom Ray resources) when given."""
     cls = ray.remote(num_cpus=0, num_gpus=1 if use_gpu else 0, max_concurrency=4, max_restarts=0)(LearnerNode)
-    return cls.remote(settings, seed, replay, counter_service, **kwargs)
+    return cls.options(resources=resources or {}).remote(settings, seed, replay, counter_service, **kwargs)

@@ -45,6 +45,13 @@ class ProgramOptions:
     stop_timeout_seconds: float = 60.0
     log_time_delta: float = 10.0
     """Seconds between rows of the actor and learner loggers (spec §7.2)."""
+    actor_resources: dict[str, float] | None = None
+    """Ray resources each actor and the evaluator ask for (e.g. {"cpu_node": 1}, a custom resource of
+    the nodes that should act); None: none, Ray places them anywhere."""
+    learner_resources: dict[str, float] | None = None
+    """Ray resources the learner asks for, besides the GPU it takes when the cluster has one."""
+    replay_resources: dict[str, float] | None = None
+    """Ray resources the replay node asks for."""
 
     def __post_init__(self) -> None:
         def check(ok: bool, name: str, expected: str) -> None:
@@ -71,6 +78,19 @@ class ProgramOptions:
                      "stop_timeout_seconds"):
             check(getattr(self, name) > 0, name, "> 0 seconds")
         check(self.log_time_delta >= 0, "log_time_delta", ">= 0 seconds")
+        for name in ("actor_resources", "learner_resources", "replay_resources"):
+            check(valid_resources(getattr(self, name)), name,
+                  'None or a mapping of Ray resource names to amounts >= 0, e.g. {"worker": 1}')
+
+
+def valid_resources(value: Any) -> bool:
+    """None or {name: amount >= 0}; Ray's own CPU/GPU keys are not custom resources."""
+    if value is None:
+        return True
+    if not isinstance(value, dict):
+        return False
+    return all(isinstance(key, str) and key and key not in ("CPU", "GPU") and not isinstance(amount, bool)
+               and isinstance(amount, (int, float)) and amount >= 0 for key, amount in value.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +108,8 @@ class DistributedResult:
     actor_restarts: int
     evaluator_returns: list[tuple[int, float]]
     """(learner step of the weights used, episode return) per evaluation episode."""
+    evaluation_rows: list[dict[str, Any]]
+    """The evaluator's rows (one per round, the local trainer's columns), in order."""
     replay: Any
     """Final `TableStats` of the replay table (None if unavailable)."""
     replay_history: list[tuple[float, Any]]

@@ -14,6 +14,17 @@ off. `overlap_learner` has no meaning here (the learner always has its own node)
 driver's loop calls it about once a second) and `stop()` — so tests and tools can act between
 passes; `driver.run_distributed` is the loop around it, inside `cluster.ray_cluster`.
 
+Artifacts, as in one process: the evaluator writes one row per evaluation round (the local
+trainer's columns); the driver collects each row and handles it in one place (`_on_evaluation`:
+today it asks the learner for the policy snapshot, `snapshots/policy.msgpack`), and the learner
+writes one more snapshot at the end. `dmpo eval`, `dmpo plot` and the benchmark summaries therefore
+read a distributed run directory exactly as a local one.
+
+Budget: the actors stop themselves once the shared `actor_steps` reaches `steps` (each checks at its
+episode ends, `distributed.actor`), so a run ends with fewer than `steps + actors × longest episode`
+environment steps. `ProgramOptions.max_learner_steps` must be a multiple of
+`sgd_steps_per_call` (one learner call runs that many updates), so the learner stops exactly there.
+
 Monitoring, per pass: the learner's and the replay node's health (a dead one stops the program with
 `NodeFailure`, never leaving the actors to run alone); finished or failed `run()` calls of the actors
 (a dead actor is replaced by a new one with a new seed, up to `max_actor_restarts` in all) and of the
@@ -39,6 +50,7 @@ from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.actor import make_actor_node
 from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill, node_seed
 from dmpo.distributed.counter_service import RemoteCounterService
+from dmpo.distributed.evaluations import EvaluationRows
 from dmpo.distributed.evaluator import make_evaluator_node
 from dmpo.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
 from dmpo.distributed.learner_node import make_learner_node
@@ -58,6 +70,14 @@ def _check_config(config: TrainConfig, resume: bool) -> None:
         raise ConfigError(f"TrainConfig.actors must be >= 1 for the distributed program, got {config.actors}")
     if resume and not config.agent.checkpoint:
         raise ConfigError("cannot resume: DMPOConfig.checkpoint is False, so this run writes no checkpoints")
+
+
+def _check_options(config: TrainConfig, options: ProgramOptions) -> None:
+    calls = config.agent.learner.sgd_steps_per_call
+    if options.max_learner_steps is not None and options.max_learner_steps % calls:
+        raise ConfigError(f"ProgramOptions.max_learner_steps must be a multiple of "
+                          f"agent.learner.sgd_steps_per_call ({calls}): one learner call runs {calls} "
+                          f"updates, so the budget could not be met exactly; got {options.max_learner_steps}")
 
 
 class DistributedProgram:
@@ -80,6 +100,7 @@ class DistributedProgram:
         self.run_dir = Path(run_dir)
         self.seed = config.seed
         self.options = options or ProgramOptions()
+        _check_options(config, self.options)
         self.resume = resume
         self._use_gpu = use_gpu
         self.actor_handles: list[Any] = []
@@ -94,6 +115,10 @@ class DistributedProgram:
         self._learner_ref: Any = None
         self._evaluator_ref: Any = None
         self._evaluator_returns: list[tuple[int, float]] = []
+        self.evaluation_rows: list[dict[str, Any]] = []
+        self._rows = EvaluationRows(self._on_evaluation)
+        self._requests_sent = 0
+        self._snapshot_ref: Any = None
         self._evaluator_generation = 0
         self.counts: dict[str, Any] = {}
         self.replay_history: list[tuple[float, Any]] = []
@@ -167,13 +192,14 @@ class DistributedProgram:
             seed=node_seed(self.seed, _ROLE_REPLAY),
             max_concurrent_inserts=config.actors * opts.max_inserts_in_flight + 1,
             max_concurrent_samples=opts.samples_in_flight + 1)
-        self.replay = make_replay_service(self.builder, replay_config, restore_path=replay_path)
+        self.replay = make_replay_service(self.builder, replay_config, restore_path=replay_path,
+                                          resources=opts.replay_resources)
         use_gpu = self._use_gpu if self._use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
         self.learner = make_learner_node(
             self._settings, node_seed(self.seed, _ROLE_LEARNER), self.replay, self.counter, use_gpu=use_gpu,
             keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay, resume=self.resume,
             replay_restored=replay_path is not None, samples_in_flight=opts.samples_in_flight,
-            publish_interval=opts.variable_publish_seconds)
+            publish_interval=opts.variable_publish_seconds, resources=opts.learner_resources)
         self._learner_ref = self.learner.run.remote(opts.max_learner_steps)
         for index in range(config.actors):
             self._actor_generation.append(0)
@@ -215,7 +241,8 @@ class DistributedProgram:
             self._settings, index, node_seed(self.seed, _ROLE_ACTOR, index, generation), self.learner,
             self.replay, self.counter, persist_logs=index == 0,
             insert_batch_size=self.options.insert_batch_size,
-            max_inserts_in_flight=self.options.max_inserts_in_flight)
+            max_inserts_in_flight=self.options.max_inserts_in_flight, total_steps=self.config.steps,
+            resources=self.options.actor_resources)
         self.actor_handles[index] = handle
         self._actor_refs[index] = handle.run.remote()
 
@@ -224,8 +251,10 @@ class DistributedProgram:
         self.evaluator = make_evaluator_node(
             self._settings, node_seed(self.seed, _ROLE_EVALUATOR, 0, self._evaluator_generation),
             self.learner, self.counter, episodes_per_round=max(self.config.eval_episodes, 1),
-            period_seconds=self.options.evaluator_period_seconds)
+            period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources)
         self._evaluator_ref = self.evaluator.run.remote()
+        self._rows.reset(self.evaluator)
+        self._requests_sent = 0  # to this evaluator node
 
     # ----------------------------------------------------------------------------------------- poll
 
@@ -235,6 +264,7 @@ class DistributedProgram:
             return True
         self._check_critical_nodes()
         self._check_actors()
+        self._rows.poll()
         self._check_evaluator()
         self._schedule()
         return self.counts.get("actor_steps", 0) >= self.config.steps
@@ -267,6 +297,7 @@ class DistributedProgram:
             self.evaluations += 1
             self._last_eval_step = steps
             self.evaluator.request.remote()
+            self._requests_sent += 1
 
     def _learner_finished(self) -> bool:
         ready, _ = ray.wait([self._learner_ref], timeout=0)
@@ -332,6 +363,21 @@ class DistributedProgram:
             self._evaluator_generation += 1
             self._start_evaluator()
 
+    def _on_evaluation(self, row: dict[str, Any]) -> None:
+        """Every evaluation row reaches the driver here, once (the same dict the evaluator logged)."""
+        self.evaluation_rows.append(row)
+        self.save_snapshot()
+
+    def save_snapshot(self, wait: bool = False) -> None:
+        """Asks the learner for the policy snapshot (one at a time); `wait` for it to be written."""
+        get_quietly(self._snapshot_ref, self.options.stop_timeout_seconds)
+        config = self.config
+        metadata = {"env": config.env, "pixels": config.pixels, "action_repeat": config.action_repeat}
+        self._snapshot_ref = self.learner.save_snapshot.remote(metadata)
+        if wait:
+            get_quietly(self._snapshot_ref, self.options.stop_timeout_seconds)
+            self._snapshot_ref = None
+
     def latest_evaluation(self) -> tuple[int, int, float] | None:
         """The evaluator's `(episodes so far, learner step, return)`, or None (never waits long)."""
         if self.evaluator is None or self._evaluator_ref is None:
@@ -340,6 +386,9 @@ class DistributedProgram:
             return ray.get(self.evaluator.latest.remote(), timeout=5.0)
         except Exception:
             return None
+
+    def _learner_alive(self, timeout: float) -> bool:
+        return get_quietly(self.learner.ping.remote(), timeout) is not None
 
     def elapsed(self) -> float:
         return 0.0 if self._started_at is None else time.monotonic() - self._started_at
@@ -350,21 +399,53 @@ class DistributedProgram:
         """Stops every node in order (module docstring) and returns the result; safe after a failure.
         `status` and `reason` go to run.json; a learner whose final checkpoint fails makes it "failed"."""
         timeout = self.options.stop_timeout_seconds
+        self._stop_actors(timeout)
+        self._finish_evaluations(status, timeout)
+        status, reason = self._stop_learner(status, reason, timeout)
+        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
+        replay_stats = get_quietly(self.replay.stats.remote(), timeout) if self.replay else None
+        frames = get_quietly(self.replay.frame_stats.remote(), timeout) if self.replay else None
+        call_quietly(self.replay, "close")
+        for handle in [*self.actor_handles, self.evaluator, self.learner, self.replay, self.counter]:
+            kill(handle)
+        if self._run is not None:
+            self._run.set_status(status, reason=reason)
+        return DistributedResult(
+            status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
+            actors=sorted(self._actor_results, key=lambda r: r["index"]), actor_restarts=self.actor_restarts,
+            evaluator_returns=list(self._evaluator_returns), evaluation_rows=list(self.evaluation_rows),
+            replay=replay_stats,
+            replay_history=list(self.replay_history), replay_frames=frames, evaluations=self.evaluations,
+            wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
+            resumed_from=(self._learner_result or {}).get("resumed_from"))
+
+    def _stop_actors(self, timeout: float) -> None:
         for handle in self.actor_handles:
             call_quietly(handle, "stop")
         for ref in self._actor_refs:  # the actors flush their writers and push their counts
             result = get_quietly(ref, timeout)
             if result is not None:
                 self._actor_results.append(result)
+
+    def _finish_evaluations(self, status: str, timeout: float) -> None:
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
         if self.evaluator is not None:
             final_step = int((counts or self.counts).get("actor_steps", 0))
             if status == "finished" and self.config.eval_every and self._last_eval_step != final_step:
                 self._request_evaluation(final_step)  # the final evaluation, as in one process
-            call_quietly(self.evaluator, "finish")
+            try:
+                self.evaluator.finish.remote(self._requests_sent)
+            except Exception:  # the node is already gone
+                pass
         if self._evaluator_ref is not None:
             self._evaluator_returns.extend(get_quietly(self._evaluator_ref, timeout) or [])
+            self._rows.drain(timeout)
+
+    def _stop_learner(self, status: str, reason: str | None, timeout: float) -> tuple[str, str | None]:
+        """Final snapshot, then the learner's final checkpoint; a failed one makes the run "failed"."""
         get_quietly(self._save_ref, timeout)
+        if self.learner is not None and self._learner_alive(timeout):
+            self.save_snapshot(wait=True)  # the final policy, as the local trainer writes it
         if self.learner is not None:
             try:
                 self.learner.stop.remote(self.evaluations)
@@ -378,18 +459,4 @@ class DistributedProgram:
             except Exception as error:  # e.g. its final save hit a full disk: no final checkpoint
                 if status != "failed":
                     status, reason = "failed", f"the learner's final checkpoint failed: {first_line(error)}"
-        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
-        replay_stats = get_quietly(self.replay.stats.remote(), timeout) if self.replay else None
-        frames = get_quietly(self.replay.frame_stats.remote(), timeout) if self.replay else None
-        call_quietly(self.replay, "close")
-        for handle in [*self.actor_handles, self.evaluator, self.learner, self.replay, self.counter]:
-            kill(handle)
-        if self._run is not None:
-            self._run.set_status(status, reason=reason)
-        return DistributedResult(
-            status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
-            actors=sorted(self._actor_results, key=lambda r: r["index"]), actor_restarts=self.actor_restarts,
-            evaluator_returns=list(self._evaluator_returns), replay=replay_stats,
-            replay_history=list(self.replay_history), replay_frames=frames, evaluations=self.evaluations,
-            wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
-            resumed_from=(self._learner_result or {}).get("resumed_from"))
+        return status, reason

@@ -91,6 +91,12 @@ class ReplayService:
         self._table.close()
 
     @ray.method(concurrency_group="control")
+    def describe(self) -> dict[str, Any]:
+        """What this node built (parity tests): table class, rate limiter, signature, capacity."""
+        return {"table_class": type(self._table).__name__, "rate_limiter": self._table.rate_limiter,
+                "signature": self._table.signature, "max_size": self._table.max_size}
+
+    @ray.method(concurrency_group="control")
     def ping(self) -> bool:
         return True
 
@@ -102,7 +108,8 @@ def _leading_dim(items: Any) -> int:
 
 
 def make_replay_service(builder: DMPOBuilder, config: ReplayServiceConfig, *, restore_path: str | None = None,
-                        name: str | None = None, namespace: str | None = None) -> Any:
+                        name: str | None = None, namespace: str | None = None,
+                        resources: dict[str, float] | None = None) -> Any:
     """Starts the replay node and returns its Ray actor handle."""
     groups = {
         "insert": config.max_concurrent_inserts,
@@ -110,7 +117,7 @@ def make_replay_service(builder: DMPOBuilder, config: ReplayServiceConfig, *, re
         "control": 2,
     }
     cls = ray.remote(num_cpus=0, max_restarts=0, concurrency_groups=groups)(ReplayService)
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"resources": resources or {}}
     if name is not None:
         options.update(name=name, namespace=namespace)
     return cls.options(**options).remote(builder, config, restore_path)

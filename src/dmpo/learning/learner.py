@@ -82,6 +82,7 @@ class Learner:
     ) -> None:
         if not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an integer, got {seed!r}")
+        self.config = config
         self._networks = networks
         self._iterator = iterator
         self._logger = logger
