@@ -51,8 +51,13 @@ def train(
       ray_address: join this Ray cluster instead of starting a local one (with --actors).
     """
     from dmpo.checkpointing import CheckpointError
+    from dmpo.trackers import check_installed
 
     del preset  # `main` has already built the config from it, so that flags apply on top
+    try:
+        check_installed(config.track)
+    except ConfigError as error:
+        _fail(str(error))
     if resume is not None:
         if run_dir is not None and Path(run_dir) != Path(resume):
             _fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
@@ -74,11 +79,14 @@ def train(
     last = summary.get("last_eval") or {}
     print(f"finished: {summary['env_steps']} env steps, run directory {summary['run_dir']}"
           + (f", last evaluation return {last['return_mean']:.1f}" if "return_mean" in last else ""))
+    if summary.get("stop_reason"):
+        print(f"stopped early: {summary['stop_reason']}")
 
 
 # Settings that may differ on `--resume` (a longer budget, other periods, more actors); any other
 # difference from the saved config would not match the checkpoint (networks, env, agent) and is refused.
-RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors")
+RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors",
+                    "stop_at_return")
 
 
 def _resume_argument(args: list[str]) -> Path | None:
@@ -198,7 +206,7 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
     returns = [value for _, value in result.evaluator_returns[-config.eval_episodes or None:]]
     last_eval = {"return_mean": sum(returns) / len(returns)} if returns else None
     return {"env_steps": int(result.counts.get("actor_steps", 0)), "run_dir": result.run_dir,
-            "last_eval": last_eval}
+            "last_eval": result.last_evaluation or last_eval, "stop_reason": result.stop_reason}
 
 
 def _check_spec_matches(trained: object, environment: object, name: str) -> None:
@@ -224,11 +232,13 @@ def evaluate(
     video: Path | None = None,
     seed: int = 0,
     env: str | None = None,
+    best: bool = False,
 ) -> None:
     """Evaluate a policy snapshot (or a run directory's) with the policy mean.
 
     Args:
       target: a run directory or a snapshot file (snapshots/policy.msgpack).
+      best: with a run directory, the best-evaluated policy (snapshots/best.msgpack) instead of the latest.
       episodes: episodes to run.
       video: write the first episode to this .mp4 or .gif file.
       seed: environment seed.
@@ -244,6 +254,13 @@ def evaluate(
     from dmpo.runners.environment_loop import evaluate as run_evaluation
     from dmpo.snapshot import SnapshotError, load_policy
 
+    if best:
+        if not target.is_dir():
+            _fail(f"--best needs a run directory, got the file {target}")
+        target = target / "snapshots" / "best.msgpack"
+        if not target.is_file():
+            _fail(f"--best: {target} does not exist (the run has not evaluated yet, or evaluates with "
+                  "eval_every 0)")
     try:
         policy = load_policy(target)
     except (SnapshotError, OSError) as error:

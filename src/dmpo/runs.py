@@ -327,10 +327,11 @@ class RunDirectory:
         atomic_write_json(self.info_path, info)
         return info
 
-    def set_status(self, status: Status) -> None:
+    def set_status(self, status: Status, reason: str | None = None) -> None:
+        """Sets run.json's status; `reason` (e.g. why a run stopped early) is kept as "status_reason"."""
         if status not in _STATUSES:
             raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
-        fields: dict[str, Any] = {"status": status}
+        fields: dict[str, Any] = {"status": status, "status_reason": reason}
         if status != "running":
             fields["end_time"] = _now_iso()
         self.update_info(**fields)

@@ -6,15 +6,20 @@ the builder's evaluation actor, which writes nothing. A round starts when the dr
 (`request()`, at every `TrainConfig.eval_every` environment-step boundary, as the single-process
 trainer evaluates) and, if `period_seconds` is set, also once that many seconds have passed since
 the previous round began. `finish()` ends `run()` after the rounds asked for; `stop()` ends it now.
-Episodes go to the `evaluator` logger and the `evaluator_*` counts.
+Episodes go to the `evaluator` logger and the `evaluator_*` counts. Each finished round's summary
+(`return_mean`, `return_std`, ..., as in one process) is kept for the driver (`rounds_after`), with the
+parameters it scored for the last few rounds, which `save_round_policy` writes as a snapshot (the
+driver's best-policy callback, `dmpo.callbacks`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 
 from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
@@ -50,9 +55,42 @@ class EvaluatorNode:
             should_stop=self._stop.is_set, on_episode_end=self._record)
         self.returns: list[tuple[int, float]] = []  # (learner variable version, episode return)
         self.rounds = 0
+        self.round_rows: list[dict[str, Any]] = []
+        self._round_episodes: list[tuple[float, int]] = []
+        self._round_params: dict[int, Any] = {}  # round index -> params it scored (newest few)
 
     def _record(self, row: dict[str, Any]) -> None:
         self.returns.append((self._variables.version, float(row["episode_return"])))
+        self._round_episodes.append((float(np.sum(row["episode_return"])), int(row["episode_length"])))
+
+    def _finish_round(self) -> None:
+        returns = np.asarray([value for value, _ in self._round_episodes])
+        if returns.size:
+            self.round_rows.append({
+                "return_mean": float(returns.mean()), "return_std": float(returns.std()),
+                "return_min": float(returns.min()), "return_max": float(returns.max()),
+                "length_mean": float(np.mean([length for _, length in self._round_episodes])),
+                "learner_steps": int(self._variables.version)})
+            self._round_params[len(self.round_rows) - 1] = self._variables.params
+            for old in sorted(self._round_params)[:-4]:
+                del self._round_params[old]
+        self._round_episodes = []
+
+    def rounds_after(self, count: int) -> list[dict[str, Any]]:
+        """The summaries of the rounds finished after the first `count`."""
+        return self.round_rows[count:]
+
+    def save_round_policy(self, index: int, path: str, metadata: dict[str, Any]) -> str | None:
+        """Writes the parameters round `index` scored as a policy snapshot; None if no longer kept."""
+        from dmpo.snapshot import save_policy
+
+        params = self._round_params.get(index)
+        if params is None:
+            return None
+        builder = self._settings.builder
+        metadata = {**metadata, "learner_steps": self.round_rows[index]["learner_steps"]}
+        return str(save_policy(Path(path), builder.environment_spec, builder.config.networks, params,
+                               metadata=metadata))
 
     def request(self) -> None:
         """Asks for one more evaluation round."""
@@ -94,6 +132,7 @@ class EvaluatorNode:
                 started = time.monotonic()
                 self._variables.update(wait=True)
                 loop.run(num_episodes=self._episodes_per_round)
+                self._finish_round()
                 self.rounds += 1
         finally:
             self._counter.sync()
