@@ -236,3 +236,21 @@ def test_a_missing_tracker_package_is_a_one_line_error_before_the_run_starts(tmp
     with pytest.raises(ConfigError, match=r"pip install 'dmpo\[wandb\]'"):
         train(config, tmp_path / "run", env_factory=fake_env, progress=False, quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_eval_best_evaluates_the_best_snapshot_of_a_run(tmp_path, capsys):
+    from dmpo.cli import main
+    from test_cli import gym_snapshot, run_cli
+
+    run = tmp_path / "run"
+    code, output = run_cli(["eval", str(run), "--best"], capsys)
+    assert code == 2 and "--best needs a run directory" in output
+    run.mkdir()
+    code, output = run_cli(["eval", str(run), "--best"], capsys)
+    assert code == 2 and "best.msgpack does not exist" in output, output
+    gym_snapshot(run, "gym:InvertedPendulum-v5").rename(run / "snapshots" / "best.msgpack")
+    gym_snapshot(run, "gym:Pendulum-v1")  # the latest policy, of another task so the two are told apart
+    main(["eval", str(run), "--best", "--episodes", "1"])
+    assert capsys.readouterr().out.startswith("gym:InvertedPendulum-v5: return")
+    main(["eval", str(run), "--episodes", "1"])
+    assert capsys.readouterr().out.startswith("gym:Pendulum-v1: return")
