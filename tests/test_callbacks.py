@@ -254,3 +254,31 @@ def test_eval_best_evaluates_the_best_snapshot_of_a_run(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("gym:InvertedPendulum-v5: return")
     main(["eval", str(run), "--episodes", "1"])
     assert capsys.readouterr().out.startswith("gym:Pendulum-v1: return")
+
+
+def test_trackers_take_evaluation_videos(tmp_path, monkeypatch):
+    import imageio.v3 as iio
+    import mlflow
+
+    from dmpo.runs import RunDirectory
+    from dmpo.trackers import open_tracker
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    video = tmp_path / "evaluation.gif"
+    iio.imwrite(video, np.random.default_rng(0).integers(0, 255, (3, 8, 8, 3), dtype=np.uint8))
+    for kind in ("wandb", "mlflow"):
+        config = TrainConfig(env="test:fake", track=kind, agent=tiny_config())
+        tracker = open_tracker(config, RunDirectory.create(tmp_path / kind, config))
+        tracker.log_video(video, "evaluator", step=30)
+        tracker.close()
+    (wandb_file,) = (tmp_path / "wandb" / "wandb").glob("offline-run-*/run-*.wandb")
+    (row,) = [r for r in wandb_records.history(wandb_file) if "evaluator/video/_type" in r]
+    assert row["evaluator/video/_type"] == "video-file" and row["evaluator/actor_steps"] == 30
+    assert row["evaluator/video/path"].endswith(".gif")
+    run_id = json.loads((tmp_path / "mlflow" / "run.json").read_text())["tracker"]["id"]
+    client = mlflow.tracking.MlflowClient()
+    artifacts = client.list_artifacts(run_id, "videos/evaluator")
+    assert [a.path for a in artifacts] == ["videos/evaluator/evaluation.gif"]
