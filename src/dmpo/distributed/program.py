@@ -24,17 +24,13 @@ Stopping: actors are asked to stop and flush their writers and counts, a finishe
 evaluation round, the learner finishes its step and writes a final checkpoint, the replay table is
 closed, every node is killed. On a cluster this call started, Ray itself is then shut down.
 
-Callbacks (`dmpo.callbacks`) run here, in the driver: `on_evaluation` once per finished evaluation
-round (`_check_rounds`, with the round's summary and the env steps at which it was asked for),
-`on_checkpoint` when a requested checkpoint is written, `on_train_end` in `stop()`. A stop asked by
-a callback ends the run like the step limit, without another evaluation round. An experiment tracker
-(`TrainConfig.track`) is fed from the nodes' CSV logs (`dmpo.trackers.CSVFollower`).
+Callbacks and an experiment tracker run in the driver (`driver_events.DriverEvents`, once per pass);
+a stop asked by a callback ends the run like the step limit, without another evaluation round.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import time
 from collections.abc import Sequence
@@ -44,11 +40,12 @@ from typing import Any
 import ray
 
 from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory, environment_factory, next_boundary
-from dmpo.callbacks import Callback, CallbackList, RunEvents, default_callbacks
+from dmpo.callbacks import Callback
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.actor import make_actor_node
 from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill, node_seed
 from dmpo.distributed.counter_service import RemoteCounterService
+from dmpo.distributed.driver_events import DriverEvents
 from dmpo.distributed.evaluator import make_evaluator_node
 from dmpo.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
 from dmpo.distributed.learner_node import make_learner_node
@@ -111,17 +108,10 @@ class DistributedProgram:
         self._run: Any = None
         self._health: HealthChecks | None = None
         self._save_ref: Any = None
-        self._save_reported: Any = None
         self._last_save_time = 0.0
         self.evaluations = 0
         self._last_eval_step: int | None = None
-        self.callbacks = CallbackList(RunEvents(self.run_dir, config, resumed=resume),
-                                      default_callbacks(config, callbacks))
-        self._rounds_seen = 0
-        self._round_request_steps: list[int] = []
-        self.last_evaluation: dict[str, Any] | None = None
-        self._tracker: Any = None
-        self._follower: Any = None
+        self.events = DriverEvents(self.run_dir, config, resume=resume, callbacks=callbacks)
         # Checked here, before any cluster starts: the run directory and the environment.
         self._latest_checkpoint = self._check_run_directory()
         probe = self.env_factory(self.seed)
@@ -198,11 +188,7 @@ class DistributedProgram:
             self._start_actor(index)
         if config.eval_every or opts.evaluator_period_seconds is not None:
             self._start_evaluator()
-        from dmpo.trackers import CSVFollower, open_tracker
-
-        self._tracker = open_tracker(config, self._run)
-        self._follower = CSVFollower(self.run_dir) if self._tracker is not None else None
-        self.callbacks.on_train_start()
+        self.events.start(self._run)
         self._health = HealthChecks(
             {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
              "counter": self.counter.get_counts.remote},
@@ -257,65 +243,11 @@ class DistributedProgram:
         self._check_critical_nodes()
         self._check_actors()
         self._check_evaluator()
-        self._check_rounds()
-        self._check_saved()
-        self._forward_rows()
-        if self.callbacks.run.stop_requested:
+        self.events.poll(self.evaluator, self._save_ref, self.counts)
+        if self.events.stop_requested:
             return True
         self._schedule()
         return self.counts.get("actor_steps", 0) >= self.config.steps
-
-    def _check_rounds(self) -> None:
-        """Calls `on_evaluation` for each evaluation round finished since the last pass."""
-        if self.evaluator is None:
-            return
-        try:
-            rows = ray.get(self.evaluator.rounds_after.remote(self._rounds_seen), timeout=10.0)
-        except Exception:  # a dead evaluator is replaced by _check_evaluator
-            return
-        for row in rows:
-            index = self._rounds_seen
-            self._rounds_seen += 1
-            asked_at = (self._round_request_steps[index] if index < len(self._round_request_steps)
-                        else int(self.counts.get("actor_steps", 0)))  # a wall-clock round
-            row = {**row, "actor_steps": asked_at}
-            self.last_evaluation = row
-            write = functools.partial(self._write_round_policy, index, asked_at)
-            self.callbacks.on_evaluation(row, write_policy=write)
-
-    def _write_round_policy(self, index: int, actor_steps: int, path: Path) -> Path:
-        metadata = {"env": self.config.env, "pixels": self.config.pixels,
-                    "action_repeat": self.config.action_repeat, "actor_steps": actor_steps}
-        written = ray.get(self.evaluator.save_round_policy.remote(index, str(path), metadata))
-        if written is None:
-            raise RuntimeError(f"evaluation round {index}'s parameters are no longer kept")
-        return Path(written)
-
-    def _check_saved(self) -> None:
-        """Calls `on_checkpoint` once the checkpoint asked for last is written."""
-        if self._save_ref is None or self._save_reported is self._save_ref:
-            return
-        ready, _ = ray.wait([self._save_ref], timeout=0)
-        if ready:
-            self._save_reported = self._save_ref
-            self._report_checkpoint(get_quietly(self._save_ref, 1.0))
-
-    def _report_checkpoint(self, path: str | None) -> None:
-        if path is None:
-            return
-        state = json.loads((Path(path) / "state.json").read_text())
-        self.callbacks.on_checkpoint({"path": path, "env_steps": int(state["env_steps"]),
-                                      "learner_steps": int(state["learner_steps"])})
-
-    def _report_last_events(self, saved_checkpoint: str | None) -> None:
-        self._check_rounds()  # the final round: best policy, stop reason
-        if self._save_ref is not None and self._save_reported is not self._save_ref:
-            self._report_checkpoint(saved_checkpoint)
-
-    def _forward_rows(self) -> None:
-        if self._follower is not None:
-            for label, row in self._follower.new_rows():
-                self._tracker.log_row(label, row)
 
     def _schedule(self) -> None:
         """Checkpoints and evaluation rounds at the environment-step boundaries (and wall-clock periods)."""
@@ -344,7 +276,7 @@ class DistributedProgram:
         if self.evaluator is not None:
             self.evaluations += 1
             self._last_eval_step = steps
-            self._round_request_steps.append(steps)
+            self.events.evaluation_requested(steps)
             self.evaluator.request.remote()
 
     def _learner_finished(self) -> bool:
@@ -438,14 +370,13 @@ class DistributedProgram:
         if self.evaluator is not None:
             final_step = int((counts or self.counts).get("actor_steps", 0))
             if (status == "finished" and self.config.eval_every and self._last_eval_step != final_step
-                    and not self.callbacks.run.stop_requested):
+                    and not self.events.stop_requested):
                 self._request_evaluation(final_step)  # the final evaluation, as in one process
             call_quietly(self.evaluator, "finish")
         if self._evaluator_ref is not None:
             self._evaluator_returns.extend(get_quietly(self._evaluator_ref, timeout) or [])
         saved = get_quietly(self._save_ref, timeout)
-        if status == "finished":
-            self._report_last_events(saved)
+        self.events.finish(status, self.evaluator, self._save_ref, saved, dict(counts or self.counts))
         if self.learner is not None:
             try:
                 self.learner.stop.remote(self.evaluations)
@@ -459,10 +390,7 @@ class DistributedProgram:
         call_quietly(self.replay, "close")
         for handle in [*self.actor_handles, self.evaluator, self.learner, self.replay, self.counter]:
             kill(handle)
-        self._forward_rows()
-        if self._tracker is not None:
-            self._tracker.close()
-        reason = self.callbacks.run.stop_reason
+        reason = self.events.stop_reason
         if self._run is not None:
             self._run.set_status(status, reason=reason)  # type: ignore[arg-type]
         result = DistributedResult(
@@ -472,7 +400,7 @@ class DistributedProgram:
             replay_history=list(self.replay_history), replay_frames=frames, evaluations=self.evaluations,
             wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
             resumed_from=(self._learner_result or {}).get("resumed_from"), stop_reason=reason,
-            last_evaluation=self.last_evaluation)
+            last_evaluation=self.events.last_evaluation)
         if status == "finished":
-            self.callbacks.on_train_end(dataclasses.asdict(result))
+            self.events.end(dataclasses.asdict(result))
         return result

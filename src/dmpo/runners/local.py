@@ -108,7 +108,12 @@ class LocalTrainer:
         self.next_checkpoint = (config.checkpoint_every or None) if self.checkpoints is not None else None
         self.next_eval = config.eval_every or None
         if resume:
-            self._restore()
+            try:
+                self._restore()
+            except BaseException:
+                if self.tracker is not None:  # the tracker run was opened above: do not leave it open
+                    self.tracker.close()
+                raise
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _state(self, mid_episode: bool) -> CheckpointState:
