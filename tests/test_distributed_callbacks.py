@@ -61,16 +61,19 @@ def test_callbacks_run_in_the_driver_stop_the_program_and_keep_the_best_policy(t
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "finished" and info["status_reason"] == result.stop_reason
     kinds = [kind for kind, _ in recorder.events]
-    assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("evaluation") == 1, kinds
+    # A round asked for before the stop was seen may still finish (and be reported) while stopping.
+    assert kinds[0] == "start" and kinds[-1] == "end" and 1 <= kinds.count("evaluation") <= 2, kinds
     assert "checkpoint" in kinds  # the checkpoint asked for at the 100-step boundary
-    (row,) = [value for kind, value in recorder.events if kind == "evaluation"]
-    assert row["actor_steps"] >= 100 and set(row) >= {"return_mean", "return_std", "learner_steps"}
-    # The best policy is the parameters that round scored.
+    rows = [value for kind, value in recorder.events if kind == "evaluation"]
+    assert rows[0]["actor_steps"] >= 100 and set(rows[0]) >= {"return_mean", "return_std", "learner_steps"}
+    assert result.stop_reason.endswith(f"at {rows[0]['actor_steps']} env steps")  # the first round
+    # The best policy is the parameters the best round scored.
+    best_row = max(rows, key=lambda row: row["return_mean"])
     best = read_best(run_dir)
-    assert best["return_mean"] == pytest.approx(row["return_mean"])
-    assert best["actor_steps"] == row["actor_steps"]
+    assert best["return_mean"] == pytest.approx(best_row["return_mean"])
+    assert best["actor_steps"] == best_row["actor_steps"]
     policy = load_policy(run_dir / "snapshots" / "best.msgpack")
-    assert policy.metadata["learner_steps"] == row["learner_steps"] == best["learner_steps"]
+    assert policy.metadata["learner_steps"] == best_row["learner_steps"] == best["learner_steps"]
     # The tracker got the nodes' rows (followed in their CSV logs); the key never reached a node.
     assert recorder.node_secrets == [None]
     with open(run_dir / "logs" / "evaluator" / "logs.csv", newline="") as f:
