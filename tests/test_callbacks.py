@@ -198,6 +198,9 @@ def test_a_run_stops_at_the_return_keeps_the_best_policy_in_wandb_and_resumes(tm
 def test_mlflow_tracker_gets_the_rows_and_continues_its_run_on_resume(tmp_path, monkeypatch):
     import mlflow
 
+    from dmpo.runs import RunDirectory
+    from dmpo.trackers import open_tracker
+
     store = tmp_path / "mlruns"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the test's store; users point at a server
@@ -207,13 +210,15 @@ def test_mlflow_tracker_gets_the_rows_and_continues_its_run_on_resume(tmp_path, 
     run = tmp_path / "run"
     train(config, run, env_factory=fake_env, progress=False, quiet=True)
     run_id = json.loads((run / "run.json").read_text())["tracker"]["id"]
-    longer = TrainConfig(**{**config.__dict__, "steps": 3 * EVAL_EVERY})
-    train(longer, run, resume=True, env_factory=fake_env, progress=False, quiet=True)
+    resumed = open_tracker(config, RunDirectory.open(run))  # what a resumed trainer opens
+    assert resumed.run_id == run_id
+    resumed.log_row("evaluator", {"actor_steps": 90, "return_mean": 1.5})
+    resumed.close()
     assert json.loads((run / "run.json").read_text())["tracker"]["id"] == run_id
 
     client = mlflow.tracking.MlflowClient(tracking_uri=store.as_uri())
     history = client.get_metric_history(run_id, "evaluator/return_mean")
-    assert sorted((m.step, m.value) for m in history) == csv_evaluations(run)
+    assert sorted((m.step, m.value) for m in history) == [*csv_evaluations(run), (90, 1.5)]
     tracked = client.get_run(run_id)
     assert tracked.data.params["env"] == "test:fake" and tracked.data.params["agent.batch_size"] == "10"
     assert tracked.info.status == "FINISHED"
