@@ -244,7 +244,7 @@ def test_resume_applies_the_flags_given_and_refuses_the_others(tmp_path, capsys)
     # not show twice.
     from dmpo.plotting import load_curve
     from dmpo.runners.checkpoints import TrainingCheckpoints
-    from dmpo.utils.event_files import scalar_events
+    from tensorboard_events import shown_scalars
 
     newest = TrainingCheckpoints(run / "checkpoints").paths()[-1]
     assert newest.name == "step_000000000400"
@@ -259,7 +259,7 @@ def test_resume_applies_the_flags_given_and_refuses_the_others(tmp_path, capsys)
         column = rows[0].split(",").index(key)
         steps = [int(float(row.split(",")[column])) for row in rows[1:]]
         assert len(steps) == len(set(steps)) and steps == sorted(steps), (label, steps)
-        events = [(tag, step) for tag, step, _ in scalar_events(run / "tb" / label)]
+        events = [(tag, step) for tag, step, _ in shown_scalars(run / "tb" / label)]
         assert len(events) == len(set(events)), label
     assert load_curve(run, label_source="environment_loop").x.tolist() == [200.0, 400.0]
 

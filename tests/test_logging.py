@@ -305,26 +305,26 @@ def test_rewind_csv_drops_rows_past_the_step_and_a_torn_line(tmp_path):
     assert logger.path.read_text().splitlines()[-1] == "300,31.0"
 
 
-def test_rewind_of_tensorboard_events_keeps_each_step_once(tmp_path):
-    from dmpo.utils.event_files import event_files, scalar_events
+def test_rewind_of_tensorboard_events_shows_each_step_once(tmp_path):
     from dmpo.utils.logging import TensorBoardLogger, rewind_logs
+    from tensorboard_events import shown_scalars
 
     first = TensorBoardLogger(tmp_path, "learner", step_key="learner_steps")
     for step in range(1, 11):
         first.write({"learner_steps": step, "loss": float(step)})
     first.close()
-    (path,) = event_files(tmp_path / "tb" / "learner")
-    with open(path, "ab") as f:
-        f.write(b"\x10\x00\x00")  # a record torn by a kill
-    assert rewind_logs(tmp_path, "learner", "learner_steps", 6) == 2 * 4  # two tags × steps 7..10
-    second = TensorBoardLogger(tmp_path, "learner", step_key="learner_steps")
+    killed_files = sorted((tmp_path / "tb" / "learner").iterdir())
+    before = [path.read_bytes() for path in killed_files]
+    rewind_logs(tmp_path, "learner", "learner_steps", 6)
+    assert [path.read_bytes() for path in killed_files] == before  # nothing rewritten: a purge marker
+    second = TensorBoardLogger(tmp_path, "learner", step_key="learner_steps")  # in the same second too
     for step in range(7, 13):
         second.write({"learner_steps": step, "loss": float(step) + 0.5})
     second.close()
-    events = [(tag, step) for tag, step, _ in scalar_events(tmp_path / "tb" / "learner")]
+    events = [(tag, step) for tag, step, _ in shown_scalars(tmp_path / "tb" / "learner")]
     expected = {(tag, step) for tag in ("learner_steps", "loss") for step in range(1, 13)}
     assert sorted(events) == sorted(expected)
-    losses = {step: value for tag, step, value in scalar_events(tmp_path / "tb" / "learner") if tag == "loss"}
+    losses = {step: value for tag, step, value in shown_scalars(tmp_path / "tb" / "learner") if tag == "loss"}
     assert losses[6] == 6.0 and losses[7] == 7.5  # the resumed run's values after the checkpoint
 
 

@@ -34,14 +34,18 @@ _EXPORTS = {
     "Learner": "dmpo.learning",
 }
 
-__all__ = sorted(_EXPORTS)
+_SUBMODULES = ("callbacks",)  # `dmpo.callbacks.Callback` without an import of its own
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"dmpo.{name}")
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'dmpo' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted([*globals(), *_EXPORTS, *_SUBMODULES])

@@ -63,6 +63,7 @@ def train(
     from dmpo.interrupts import exit_code, message
     from dmpo.runlock import RunLockedError, run_lock
     from dmpo.runs import check_run_path
+    from dmpo.trackers import check_installed
 
     del preset  # `main` has already built the config from it, so that flags apply on top
     resources = {"actor_resources": actor_resources, "learner_resources": learner_resources,
@@ -71,6 +72,10 @@ def train(
         _fail("--actor-resources, --learner-resources and --replay-resources place Ray nodes; they need "
               "--actors N (N >= 1)")
     placement = _parse_resources(resources)  # a malformed JSON flag fails before anything starts
+    try:
+        check_installed(config.track)  # a missing tracker package: one line, before anything starts
+    except ConfigError as error:
+        _fail(str(error))
     try:
         with contextlib.ExitStack() as stack:
             if resume is not None:
@@ -94,6 +99,8 @@ def train(
     last = summary.get("last_eval") or {}
     print(f"finished: {summary['env_steps']} env steps, run directory {summary['run_dir']}"
           + (f", last evaluation return {last['return_mean']:.1f}" if "return_mean" in last else ""))
+    if summary.get("stop_reason"):
+        print(f"stopped early: {summary['stop_reason']}")
 
 
 def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
@@ -117,7 +124,8 @@ def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress:
 
 # Settings that may differ on `--resume` (a longer budget, other periods, more actors); any other
 # difference from the saved config would not match the checkpoint (networks, env, agent) and is refused.
-RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors")
+RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors",
+                    "stop_at_return")
 
 
 def _resume_argument(args: list[str]) -> Path | None:
@@ -265,7 +273,7 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
         raise SystemExit(1) from error
     last_eval = result.evaluation_rows[-1] if result.evaluation_rows else None
     return {"env_steps": int(result.counts.get("actor_steps", 0)), "run_dir": result.run_dir,
-            "last_eval": last_eval}
+            "last_eval": result.last_evaluation or last_eval, "stop_reason": result.stop_reason}
 
 
 def _check_output(flag: str, path: Path) -> None:
@@ -302,11 +310,13 @@ def evaluate(
     video: Path | None = None,
     seed: int = 0,
     env: str | None = None,
+    best: bool = False,
 ) -> None:
     """Evaluate a policy snapshot (or a run directory's) with the policy mean.
 
     Args:
       target: a run directory or a snapshot file (snapshots/policy.msgpack).
+      best: with a run directory, the best-evaluated policy (snapshots/best.msgpack) instead of the latest.
       episodes: episodes to run.
       video: write the first episode to this .mp4 or .gif file.
       seed: environment seed.
@@ -322,6 +332,13 @@ def evaluate(
     from dmpo.runners.environment_loop import evaluate as run_evaluation
     from dmpo.snapshot import SnapshotError, load_policy
 
+    if best:
+        if not target.is_dir():
+            _fail(f"--best needs a run directory, got the file {target}")
+        target = target / "snapshots" / "best.msgpack"
+        if not target.is_file():
+            _fail(f"--best: {target} does not exist (the run has not evaluated yet, or evaluates with "
+                  "eval_every 0)")
     try:
         policy = load_policy(target)
     except (SnapshotError, OSError) as error:

@@ -252,6 +252,14 @@ class TrainConfig:
     its own node); the replay rate limiter then holds samples_per_insert."""
     actors: int = 0
     """Distributed actors on Ray; 0 trains in this process."""
+    stop_at_return: float | None = None
+    """Stop after the first evaluation whose mean return is at or above this (needs eval_every > 0);
+    the run ends with a final checkpoint and status "finished" plus the reason (`dmpo.callbacks`)."""
+    track: Literal["wandb", "mlflow"] | None = None
+    """Also send the logged rows, the config and evaluation videos to an experiment tracker (extras
+    `dmpo[wandb]` / `dmpo[mlflow]`; `dmpo.trackers`)."""
+    track_project: str = "dmpo"
+    """The W&B project or the MLflow experiment name."""
     agent: DMPOConfig = dataclasses.field(default_factory=control_suite_preset)
     """The agent; default: `control_suite_preset()` (two values differ from the reference, see there)."""
 
@@ -264,6 +272,15 @@ class TrainConfig:
             _check(isinstance(value, int) and value >= 0, f"TrainConfig.{name}", "an integer >= 0", value)
         if self.action_repeat is not None:
             _positive_int(self, "action_repeat")
+        if self.stop_at_return is not None:
+            _check(isinstance(self.stop_at_return, int | float) and math.isfinite(self.stop_at_return),
+                   "TrainConfig.stop_at_return", "a finite number or None", self.stop_at_return)
+            _check(self.eval_every > 0, "TrainConfig.stop_at_return",
+                   "None while eval_every is 0 (it is checked at evaluations)", self.stop_at_return)
+        _check(self.track in (None, "wandb", "mlflow"), "TrainConfig.track", "None, 'wandb' or 'mlflow'",
+               self.track)
+        _check(isinstance(self.track_project, str) and bool(self.track_project), "TrainConfig.track_project",
+               "a non-empty name", self.track_project)
         _check(not (self.overlap_learner and self.actors), "TrainConfig.overlap_learner",
                "False when actors > 0 (the distributed learner always runs on its own node)",
                self.overlap_learner)

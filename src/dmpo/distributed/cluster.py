@@ -109,6 +109,9 @@ def start_local_cluster(num_cpus: int | None = None, *,
     try:
         with ray_internals.local_only_binding():
             context = ray.init(
+                # "local": always a new cluster. With None, Ray joins the cluster named in
+                # /tmp/ray/ray_current_cluster (any `ray start` on the machine, by any user).
+                address="local",
                 num_cpus=num_cpus,
                 include_dashboard=False,
                 dashboard_host=_LOOPBACK,

@@ -7,12 +7,14 @@ program — after a step limit, a node failure or Ctrl-C alike.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from dmpo.builder import NetworkFactory
+from dmpo.callbacks import Callback
 from dmpo.config import TrainConfig
 from dmpo.distributed.cluster import ray_cluster
 from dmpo.distributed.options import DistributedResult, ProgramOptions
@@ -20,6 +22,7 @@ from dmpo.distributed.program import DistributedProgram
 from dmpo.envs.registry import EnvironmentFactory
 from dmpo.interrupts import annotate, interrupt_on_signals
 from dmpo.runlock import run_lock
+from dmpo.trackers import without_secrets
 
 
 def run_distributed(
@@ -34,6 +37,7 @@ def run_distributed(
     progress: bool = True,
     resume: bool = False,
     on_poll: Callable[[DistributedProgram], None] | None = None,
+    callbacks: Sequence[Callback] = (),
 ) -> DistributedResult:
     """Trains DMPO with `config.actors` acting nodes on Ray for `config.steps` environment steps.
 
@@ -50,6 +54,7 @@ def run_distributed(
       progress: show the progress line on the driver.
       resume: continue the run in `run_dir` from its latest checkpoint.
       on_poll: called with the program after every monitoring pass (tools and tests).
+      callbacks: `dmpo.callbacks.Callback`s, called in this process (evaluations, checkpoints, end).
 
     Returns:
       A `DistributedResult`. Raises `NodeFailure` when the learner, replay or counter node dies (after
@@ -60,8 +65,11 @@ def run_distributed(
     # SIGTERM/SIGHUP act as Ctrl-C (dmpo.interrupts), entered again once Ray has installed its own.
     with run_lock(run_dir), interrupt_on_signals():
         program = DistributedProgram(config, run_dir=run_dir, options=options, env_factory=env_factory,
-                                     network_factory=network_factory, resume=resume)
-        with ray_cluster(ray_address, num_cpus=num_cpus), interrupt_on_signals():
+                                     network_factory=network_factory, resume=resume, callbacks=callbacks)
+        with contextlib.ExitStack() as stack:
+            with without_secrets():  # Ray's processes inherit the environment they are started from
+                stack.enter_context(ray_cluster(ray_address, num_cpus=num_cpus))
+            stack.enter_context(interrupt_on_signals())
             return _drive(program, progress, on_poll)
 
 

@@ -3,7 +3,8 @@
 `EvaluationRows` keeps at most one `rows(start)` call to the evaluator outstanding and never waits for
 it during a monitoring pass (`poll()`), so a starting or busy evaluator never slows the driver's
 loop; `drain(timeout)` waits, for the last rows when the program stops. Every new row, in order, is
-handed to `on_row` — the one place the driver acts on evaluations (`DistributedProgram._on_evaluation`).
+handed to `on_row` with its index — the one place the driver acts on evaluations
+(`DistributedProgram._on_evaluation`).
 A replaced evaluator node starts again from its first row (`reset`).
 """
 
@@ -18,7 +19,7 @@ import ray
 class EvaluationRows:
     """See the module docstring. `evaluator` is the evaluator node's handle (None: no evaluator)."""
 
-    def __init__(self, on_row: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, on_row: Callable[[int, dict[str, Any]], None]) -> None:
         self._on_row = on_row
         self._evaluator: Any = None
         self._seen = 0  # rows of the current evaluator node handed on
@@ -58,4 +59,4 @@ class EvaluationRows:
             return
         for row in rows:  # one call outstanding at a time: each answer starts where the last one ended
             self._seen += 1
-            self._on_row(row)
+            self._on_row(self._seen - 1, row)

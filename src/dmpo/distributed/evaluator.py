@@ -11,13 +11,16 @@ A round is `runners.environment_loop.evaluate`, the single-process trainer's own
 writes the same row: one per round, `return_mean/std/min/max`, `length_mean` and every count, to the
 `evaluator` logger (CSV/TensorBoard under the run directory), so `dmpo plot` and the benchmark
 summaries read a distributed run as they read a local one. The driver collects the rows
-(`rows(start)`) and acts on each one in one place (`DistributedProgram._on_evaluation`).
+(`rows(start)`) and acts on each one in one place (`DistributedProgram._on_evaluation`). The
+parameters each of the last few rounds scored are kept, so that the driver's best-policy callback
+(`dmpo.callbacks`) can have them written as a snapshot (`save_round_policy`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,8 @@ import ray
 from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.variables import AsyncVariableClient
+
+_KEPT_ROUND_PARAMS = 4  # rounds whose parameters the best-policy callback can still have written
 
 
 class EvaluatorNode:
@@ -54,6 +59,7 @@ class EvaluatorNode:
         self.returns: list[tuple[int, float]] = []  # (learner variable version, episode return)
         self._rows: list[dict[str, Any]] = []
         self.rounds = 0
+        self._round_params: dict[int, Any] = {}  # row index -> the params that round scored (newest few)
 
     def _evaluate_round(self, environment: Any) -> dict[str, Any]:
         """One round with the newest weights; logs its row (the local trainer's columns) and returns it."""
@@ -69,11 +75,26 @@ class EvaluatorNode:
         row = {**{key: value for key, value in result.items() if np.isscalar(value)}, **counts}
         self._logger.write(row)
         self._rows.append(row)
+        self._round_params[len(self._rows) - 1] = self._variables.params
+        for old in sorted(self._round_params)[:-_KEPT_ROUND_PARAMS]:
+            del self._round_params[old]
         return row
 
     def rows(self, start: int = 0) -> list[dict[str, Any]]:
         """The evaluation rows logged so far, from index `start` on (the driver's collection)."""
         return list(self._rows[start:])
+
+    def save_round_policy(self, index: int, path: str, metadata: dict[str, Any]) -> str | None:
+        """Writes the parameters round `index` scored as a policy snapshot; None if no longer kept."""
+        from dmpo.snapshot import save_policy
+
+        params = self._round_params.get(index)
+        if params is None:
+            return None
+        builder = self._settings.builder
+        metadata = {**metadata, "learner_steps": int(self._rows[index].get("learner_steps", 0))}
+        return str(save_policy(Path(path), builder.environment_spec, builder.config.networks, params,
+                               metadata=metadata))
 
     def request(self) -> None:
         """Asks for one more evaluation round."""

@@ -121,3 +121,7 @@ class DistributedResult:
     wall_seconds: float
     run_dir: str
     resumed_from: int | None
+    stop_reason: str | None = None
+    """Why a callback stopped the run early (`dmpo.callbacks`), else None."""
+    last_evaluation: dict[str, Any] | None = None
+    """The summary of the newest evaluation round the driver saw (`return_mean`, ..., `actor_steps`)."""

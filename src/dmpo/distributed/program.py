@@ -34,22 +34,29 @@ the `steps` stop; a snapshot of the replay table's counters (kept in the result)
 Stopping: actors are asked to stop and flush their writers and counts, a finished run gets its final
 evaluation round, the learner finishes its step and writes a final checkpoint, the replay table is
 closed, every node is killed. On a cluster this call started, Ray itself is then shut down.
+
+Callbacks and an experiment tracker run in the driver (`driver_events.DriverEvents`, once per pass);
+a stop asked by a callback ends the run like the step limit, without another evaluation round.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
 
 from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory, next_boundary
+from dmpo.callbacks import Callback
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.actor import make_actor_node
 from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill, node_seed
 from dmpo.distributed.counter_service import RemoteCounterService
+from dmpo.distributed.driver_events import DriverEvents
 from dmpo.distributed.evaluations import EvaluationRows
 from dmpo.distributed.evaluator import make_evaluator_node
 from dmpo.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
@@ -89,7 +96,8 @@ class DistributedProgram:
 
     def __init__(self, config: TrainConfig, *, run_dir: str | Path, options: ProgramOptions | None = None,
                  env_factory: EnvironmentFactory | None = None, network_factory: NetworkFactory | None = None,
-                 resume: bool = False, use_gpu: bool | None = None) -> None:
+                 resume: bool = False, use_gpu: bool | None = None,
+                 callbacks: Sequence[Callback] = ()) -> None:
         _check_config(config, resume)
         if env_factory is not None and not callable(env_factory):
             raise TypeError(f"env_factory must be callable(seed) -> environment, got {env_factory!r}")
@@ -131,6 +139,7 @@ class DistributedProgram:
         self._last_save_time = 0.0
         self.evaluations = 0
         self._last_eval_step: int | None = None
+        self.events = DriverEvents(self.run_dir, config, resume=resume, callbacks=callbacks)
         # Checked here, before any cluster starts: the run directory and the environment.
         self._latest_checkpoint = self._check_run_directory()
         probe = self.env_factory(self.seed)
@@ -208,6 +217,7 @@ class DistributedProgram:
             self._start_actor(index)
         if config.eval_every or opts.evaluator_period_seconds is not None:
             self._start_evaluator()
+        self.events.start(self._run)
         self._health = HealthChecks(
             {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
              "counter": self.counter.get_counts.remote},
@@ -266,6 +276,9 @@ class DistributedProgram:
         self._check_actors()
         self._rows.poll()
         self._check_evaluator()
+        self.events.poll(self._save_ref)
+        if self.events.stop_requested:
+            return True
         self._schedule()
         return self.counts.get("actor_steps", 0) >= self.config.steps
 
@@ -363,10 +376,12 @@ class DistributedProgram:
             self._evaluator_generation += 1
             self._start_evaluator()
 
-    def _on_evaluation(self, row: dict[str, Any]) -> None:
-        """Every evaluation row reaches the driver here, once (the same dict the evaluator logged)."""
+    def _on_evaluation(self, index: int, row: dict[str, Any]) -> None:
+        """Every evaluation row reaches the driver here, once (the same dict the evaluator logged);
+        `index` numbers the rows of the current evaluator node (its kept parameters are found by it)."""
         self.evaluation_rows.append(row)
         self.save_snapshot()
+        self.events.on_evaluation(self.evaluator, index, row)
 
     def save_snapshot(self, wait: bool = False) -> None:
         """Asks the learner for the policy snapshot (one at a time); `wait` for it to be written."""
@@ -408,16 +423,22 @@ class DistributedProgram:
         call_quietly(self.replay, "close")
         for handle in [*self.actor_handles, self.evaluator, self.learner, self.replay, self.counter]:
             kill(handle)
+        if reason is None:
+            reason = self.events.stop_reason  # a callback's stop (e.g. --stop-at-return)
         if self._run is not None:
             self._run.set_status(status, reason=reason)
-        return DistributedResult(
+        result = DistributedResult(
             status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
             actors=sorted(self._actor_results, key=lambda r: r["index"]), actor_restarts=self.actor_restarts,
             evaluator_returns=list(self._evaluator_returns), evaluation_rows=list(self.evaluation_rows),
             replay=replay_stats,
             replay_history=list(self.replay_history), replay_frames=frames, evaluations=self.evaluations,
             wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
-            resumed_from=(self._learner_result or {}).get("resumed_from"))
+            resumed_from=(self._learner_result or {}).get("resumed_from"), stop_reason=reason,
+            last_evaluation=self.events.last_evaluation)
+        if status == "finished":
+            self.events.end(dataclasses.asdict(result))
+        return result
 
     def _stop_actors(self, timeout: float) -> None:
         for handle in self.actor_handles:
@@ -431,7 +452,8 @@ class DistributedProgram:
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
         if self.evaluator is not None:
             final_step = int((counts or self.counts).get("actor_steps", 0))
-            if status == "finished" and self.config.eval_every and self._last_eval_step != final_step:
+            if (status == "finished" and self.config.eval_every and self._last_eval_step != final_step
+                    and not self.events.stop_requested):
                 self._request_evaluation(final_step)  # the final evaluation, as in one process
             try:
                 self.evaluator.finish.remote(self._requests_sent)
@@ -443,7 +465,8 @@ class DistributedProgram:
 
     def _stop_learner(self, status: str, reason: str | None, timeout: float) -> tuple[str, str | None]:
         """Final snapshot, then the learner's final checkpoint; a failed one makes the run "failed"."""
-        get_quietly(self._save_ref, timeout)
+        saved = get_quietly(self._save_ref, timeout)
+        self.events.finish(status, self._save_ref, saved)
         if self.learner is not None and self._learner_alive(timeout):
             self.save_snapshot(wait=True)  # the final policy, as the local trainer writes it
         if self.learner is not None:

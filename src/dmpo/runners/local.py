@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from dmpo.agent import DMPO
 from dmpo.builder import CheckpointState, environment_factory, next_boundary
+from dmpo.callbacks import Callback, CallbackList, RunEvents, default_callbacks
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvironmentFactory
 from dmpo.interrupts import CriticalCalls, annotate, interrupt_on_signals
@@ -41,6 +43,7 @@ from dmpo.runners.environment_loop import EnvironmentLoop, evaluate
 from dmpo.runs import RunDirectory, new_run_path
 from dmpo.snapshot import save_policy
 from dmpo.task_setup import prepare_task, saved_config
+from dmpo.trackers import check_installed, open_tracker
 from dmpo.types import EnvironmentSpec, make_environment_spec
 from dmpo.utils.counting import Counter
 from dmpo.utils.logging import make_logger
@@ -59,7 +62,7 @@ class LocalTrainer:
 
     def __init__(self, config: TrainConfig, run: RunDirectory, *, resume: bool = False,
                  env_factory: EnvironmentFactory | None = None, networks: DMPONetworks | None = None,
-                 progress: bool = True, quiet: bool = False) -> None:
+                 progress: bool = True, quiet: bool = False, callbacks: Sequence[Callback] = ()) -> None:
         self.config = config
         self.run_dir = run
         self.env_factory = env_factory or environment_factory(config)
@@ -81,14 +84,21 @@ class LocalTrainer:
         self.learner_counter.increment(steps=0, walltime=0.0)
         self.eval_counter.increment(steps=0, episodes=0)
         resumed = (TrainingCheckpoints(run.checkpoints_dir).latest_state() if resume else None) or {}
+        self.callbacks = CallbackList(RunEvents(path, config, resumed=resume),
+                                      default_callbacks(config, callbacks))
+        self.tracker = open_tracker(config, run)
+        sinks = (lambda label: [self.tracker.sink(label)]) if self.tracker else (lambda label: [])
         self.loop_logger = make_logger("environment_loop", path, time_delta=0.0,
                                        terminal=not progress and not quiet, step_key="actor_steps",
-                                       resume_from_step=resumed.get("env_steps"))
+                                       resume_from_step=resumed.get("env_steps"),
+                                       extra_sinks=sinks("environment_loop"))
         self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=not quiet,
-                                       step_key="actor_steps", resume_from_step=resumed.get("env_steps"))
+                                       step_key="actor_steps", resume_from_step=resumed.get("env_steps"),
+                                       extra_sinks=sinks("evaluator"))
         self.learner_logger = make_logger("learner", path, time_delta=1.0, terminal=False,
                                           step_key="learner_steps",
-                                          resume_from_step=resumed.get("learner_steps"))
+                                          resume_from_step=resumed.get("learner_steps"),
+                                          extra_sinks=sinks("learner"))
         self.agent = DMPO(self.spec, config.agent, networks=networks, seed=config.seed,
                           logger=self.learner_logger, counter=self.learner_counter,
                           overlap_learner=config.overlap_learner)
@@ -102,7 +112,12 @@ class LocalTrainer:
         self.next_checkpoint = (config.checkpoint_every or None) if self.checkpoints is not None else None
         self.next_eval = config.eval_every or None
         if resume:
-            self._restore()
+            try:
+                self._restore()
+            except BaseException:
+                if self.tracker is not None:  # the tracker run was opened above: do not leave it open
+                    self.tracker.close()
+                raise
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _state(self, mid_episode: bool) -> CheckpointState:
@@ -129,6 +144,8 @@ class LocalTrainer:
             learner_state = self.agent.learner.save_state()
             path = self.checkpoints.save(state.env_steps, learner_state, state.to_json(), table)
         self._last_checkpoint_step = state.env_steps
+        self.callbacks.on_checkpoint({"path": str(path), "env_steps": state.env_steps,
+                                      "learner_steps": state.learner_steps})
         return path
 
     def _restore(self) -> None:
@@ -176,6 +193,7 @@ class LocalTrainer:
         self.eval_logger.write(row)
         self.save_snapshot()
         self.last_eval = row
+        self.callbacks.on_evaluation(row, write_policy=lambda path: self._write_policy(path, params))
         self._last_eval_step = self.env_steps()
         self._last_checkpoint_step = None  # the evaluation counts changed since the last checkpoint
         return row
@@ -185,10 +203,13 @@ class LocalTrainer:
         return self.agent.builder.make_evaluation_policy()
 
     def save_snapshot(self) -> Path:
-        counts = self.counter.get_counts()
         with self.agent.pause():  # the overlapped learner donates its state's buffers on every step
             params = self.agent.learner.policy_params()
-        return save_policy(self.run_dir.snapshots_dir / "policy.msgpack", self.spec,
+        return self._write_policy(self.run_dir.snapshots_dir / "policy.msgpack", params)
+
+    def _write_policy(self, path: Path, params: Any) -> Path:
+        counts = self.counter.get_counts()
+        return save_policy(path, self.spec,
                            self.config.agent.networks, params,
                            metadata={"env": self.config.env, "pixels": self.config.pixels,
                                      "action_repeat": self.config.action_repeat,
@@ -201,16 +222,19 @@ class LocalTrainer:
 
     def run(self) -> dict[str, Any]:
         config = self.config
+        events = self.callbacks.run
         with Progress(config.steps, enabled=self.progress_enabled) as progress:
             self._progress = progress
             try:
-                while self.env_steps() < config.steps:
+                self.callbacks.on_train_start()
+                while self.env_steps() < config.steps and not events.stop_requested:
                     self._run_segment()
                     if self.next_checkpoint is not None and self.env_steps() >= self.next_checkpoint:
                         if self.env_steps() < config.steps:  # at the end: one final checkpoint, below
                             self.save_checkpoint()
                         self.next_checkpoint = next_boundary(self.env_steps(), config.checkpoint_every)
-                if config.eval_every and self._last_eval_step != self.env_steps():
+                if (config.eval_every and self._last_eval_step != self.env_steps()
+                        and not events.stop_requested):
                     self.evaluate()
                 self.save_snapshot()
                 if self._last_checkpoint_step != self.env_steps():
@@ -231,9 +255,14 @@ class LocalTrainer:
                 self.agent.close()
                 for logger in (self.loop_logger, self.eval_logger, self.learner_logger):
                     logger.close()
-        self.run_dir.set_status("finished")
-        return {"env_steps": self.env_steps(), "episodes": self.episodes, "last_eval": self.last_eval,
-                "counts": self.counter.get_counts(), "run_dir": str(self.run_dir.path)}
+                if self.tracker is not None:
+                    self.tracker.close()
+        self.run_dir.set_status("finished", reason=events.stop_reason)
+        summary = {"env_steps": self.env_steps(), "episodes": self.episodes, "last_eval": self.last_eval,
+                   "counts": self.counter.get_counts(), "run_dir": str(self.run_dir.path),
+                   "stop_reason": events.stop_reason}
+        self.callbacks.on_train_end(summary)
+        return summary
 
     def _set_failed(self, error: BaseException) -> None:
         with contextlib.suppress(OSError):  # a full disk must not hide the error that stopped the run
@@ -242,7 +271,7 @@ class LocalTrainer:
     def _segment_done(self) -> bool:
         steps = self.env_steps()
         checkpoint_due = self.next_checkpoint is not None and steps >= self.next_checkpoint
-        return steps >= self.config.steps or checkpoint_due
+        return steps >= self.config.steps or checkpoint_due or self.callbacks.run.stop_requested
 
     def _run_segment(self) -> None:
         env = self.env_factory(segment_seed(self.config.seed, self.episodes))
@@ -262,6 +291,7 @@ class LocalTrainer:
         self._progress.update(env_steps=int(counts.get("actor_steps", 0)), episodes=self.episodes,
                               last_return=float(np.sum(row["episode_return"])),
                               learner_steps=int(counts.get("learner_steps", 0)))
+        self.callbacks.on_episode_end(row)
         if self.next_eval is not None and self.env_steps() >= self.next_eval:
             self.evaluate()
             self.next_eval = next_boundary(self.env_steps(), self.config.eval_every)
@@ -269,15 +299,20 @@ class LocalTrainer:
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: bool = False,
           env_factory: EnvironmentFactory | None = None, networks: DMPONetworks | None = None,
-          progress: bool = True, quiet: bool = False) -> dict[str, Any]:
-    """Trains in this process; returns a summary (env steps, episodes, last evaluation, counts, run dir).
+          progress: bool = True, quiet: bool = False, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Trains in this process, or on Ray when `config.actors > 0` (`dmpo.distributed.run_distributed`,
+    on a private local cluster); returns a summary (env steps, episodes, last evaluation, counts, run
+    dir, stop reason). `callbacks` (`dmpo.callbacks`) run at episode ends (single process only),
+    evaluations, checkpoints and the end; distributed, in this (the driver's) process.
 
     `env_factory(seed)` may return a gymnasium.Env or a dm_env.Environment: it goes through the task
     pipeline (`dmpo.task_setup`), and its name is recorded as `config.env`."""
-    if config.actors:
-        raise ConfigError("TrainConfig.actors must be 0 for single-process training; use dmpo.distributed")
     if resume and not config.agent.checkpoint:
         raise ConfigError("cannot resume: DMPOConfig.checkpoint is False, so this run writes no checkpoints")
+    check_installed(config.track)
+    if config.actors:
+        return _train_distributed(config, run_dir, resume=resume, env_factory=env_factory,
+                                  networks=networks, progress=progress and not quiet, callbacks=callbacks)
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run directory to resume")
     saved = saved_config(run_dir) if resume else None
@@ -291,7 +326,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
     with run_lock(run.path), interrupt_on_signals():
         try:
             trainer = LocalTrainer(config, run, resume=resume, env_factory=factory, networks=networks,
-                                   progress=progress, quiet=quiet)
+                                   progress=progress, quiet=quiet, callbacks=callbacks)
         except KeyboardInterrupt:  # before the first step: nothing new to save
             if not resume:
                 run.set_status("interrupted")
@@ -300,6 +335,23 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
         summary = trainer.run()
     summary["wall_seconds"] = time.monotonic() - start
     return summary
+
+
+def _train_distributed(config: TrainConfig, run_dir: str | Path | None, *, resume: bool,
+                       env_factory: EnvironmentFactory | None, networks: DMPONetworks | None, progress: bool,
+                       callbacks: Sequence[Callback]) -> dict[str, Any]:
+    if networks is not None:
+        raise ConfigError("train(networks=...) is single-process only; with actors > 0 pass a "
+                          "network_factory to dmpo.distributed.run_distributed")
+    from dmpo.distributed import run_distributed
+
+    if resume and run_dir is None:
+        raise ValueError("resume=True needs the run directory to resume")
+    result = run_distributed(config, run_dir if run_dir is not None else new_run_path(), resume=resume,
+                             env_factory=env_factory, progress=progress, callbacks=callbacks)
+    return {"env_steps": int(result.counts.get("actor_steps", 0)), "counts": result.counts,
+            "last_eval": result.last_evaluation, "run_dir": result.run_dir, "stop_reason": result.stop_reason,
+            "wall_seconds": result.wall_seconds}
 
 
 __all__ = ["LocalTrainer", "environment_factory", "segment_seed", "train"]

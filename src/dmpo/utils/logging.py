@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,6 +37,7 @@ __all__ = [
     "TimeFilter",
     "format_row",
     "make_logger",
+    "purge_tensorboard",
     "rewind_csv",
     "rewind_logs",
     "will_write",
@@ -207,10 +208,8 @@ class TensorBoardLogger:
 
         self.logdir = Path(directory) / "tb" / label
         self.logdir.mkdir(parents=True, exist_ok=True)
-        # tensorboardX names files by the second and host only, and truncates an existing file: a
-        # resume within the same second would wipe the earlier events without a unique suffix.
         self._writer = SummaryWriter(logdir=str(self.logdir), flush_secs=flush_secs,
-                                     filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
+                                     filename_suffix=event_file_suffix())
         self._step_key = step_key
         self._count = 0
 
@@ -232,6 +231,36 @@ class TensorBoardLogger:
 
     def close(self) -> None:
         self._writer.close()
+
+
+def event_file_suffix() -> str:
+    """A unique event-file name suffix that sorts by creation time.
+
+    tensorboardX names files by the second and host only and truncates an existing file, so two
+    writers in one second need a unique suffix; TensorBoard reads a folder's files in name order, and
+    a resume's purge marker (`purge_tensorboard`) must come after the files it purges and before the
+    resumed writer's: nanoseconds first keeps that order within a second too."""
+    return f".{time.time_ns():020d}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+
+def purge_tensorboard(logdir: str | os.PathLike[str], last_step: int) -> bool:
+    """Tells TensorBoard to hide the events of `logdir` past `last_step` that were written before now,
+    through its own contract: an event file holding a `SessionLog.START` at `last_step + 1`
+    (tensorboardX's `SummaryWriter(purge_step=...)`). Nothing is rewritten. Returns whether a marker
+    was written (not for a folder without event files).
+
+    Measured with TensorBoard 2.21's EventAccumulator (BENCHMARKS.md, "TensorBoard on resume"): no
+    step shows twice after such a marker; readers that skip TensorBoard's purge semantics (tbparse)
+    still list the killed run's events too."""
+    from tensorboardX import SummaryWriter
+
+    logdir = Path(logdir)
+    if not any(logdir.glob("events.out.tfevents.*")):
+        return False
+    marker = SummaryWriter(logdir=str(logdir), purge_step=int(last_step) + 1,
+                           filename_suffix=event_file_suffix())
+    marker.close()
+    return True
 
 
 class Dispatcher:
@@ -334,16 +363,15 @@ def rewind_csv(path: str | os.PathLike[str], step_key: str, last_step: int) -> i
 
 
 def rewind_logs(run_dir: str | os.PathLike[str], label: str, step_key: str, last_step: int) -> int:
-    """Cuts the CSV and TensorBoard logs of `label` back to `last_step` (the step of the checkpoint a
-    run resumes from), so that rows written between that checkpoint and a kill do not appear twice.
-    Returns how many CSV rows and TensorBoard events were dropped."""
-    from dmpo.utils.event_files import truncate_event_files
-
+    """Cuts the CSV log of `label` back to `last_step` (the step of the checkpoint a run resumes from)
+    and marks its TensorBoard log to hide the events past it (`purge_tensorboard`), so that rows
+    written between that checkpoint and a kill do not appear twice. Returns how many CSV rows were
+    dropped."""
     run_dir = Path(run_dir)
     dropped = rewind_csv(run_dir / "logs" / label / "logs.csv", step_key, last_step)
     tb = run_dir / "tb" / label
     if tb.is_dir():
-        dropped += truncate_event_files(tb, last_step)
+        purge_tensorboard(tb, last_step)
     return dropped
 
 
@@ -358,12 +386,14 @@ def make_logger(
     step_key: str | None = None,
     print_fn: Callable[[str], None] | None = None,
     resume_from_step: int | None = None,
+    extra_sinks: Sequence[Logger] = (),
 ) -> Logger:
     """The default logger: terminal + CSV + TensorBoard behind one time filter.
 
     With `run_dir=None` nothing is written to disk (CSV and TensorBoard are skipped). With
     `resume_from_step` (a resumed run: the checkpoint's value of `step_key`) the existing logs are
     first cut back to that step (`rewind_logs`), so that they continue without duplicate steps.
+    `extra_sinks` get the same rows (e.g. an experiment tracker's, `dmpo.trackers`).
     """
     if resume_from_step is not None and run_dir is not None:
         if step_key is None:
@@ -377,6 +407,7 @@ def make_logger(
             sinks.append(CSVLogger(run_dir, label))
         if tensorboard:
             sinks.append(TensorBoardLogger(run_dir, label, step_key=step_key))
+    sinks.extend(extra_sinks)
     if not sinks:
         return NoOpLogger()
     logger: Logger = sinks[0] if len(sinks) == 1 else Dispatcher(sinks)

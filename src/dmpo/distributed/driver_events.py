@@ -1,0 +1,113 @@
+"""The driver's side of callbacks and experiment trackers in the distributed program (`dmpo.callbacks`,
+`dmpo.trackers`).
+
+Episodes, evaluations and checkpoints happen in the nodes; the driver learns of them in its
+monitoring passes, and this is where the user's callbacks run:
+
+* `on_evaluation` once per evaluation round, with the row the evaluator logged (the local trainer's
+  columns: `return_mean`, `return_std`, ..., and every count), handed on by the program's one
+  evaluation point (`DistributedProgram._on_evaluation`). The parameters the round scored stay in
+  the evaluator for a few rounds, so the best-policy callback can write them.
+* `on_checkpoint` once a checkpoint the driver asked for is written (the learner's final one at
+  `stop()` is not reported);
+* `on_train_start` in `start()`, `on_train_end` after a finished `stop()`.
+  `on_episode_end` is not called: episodes happen in the actor nodes.
+
+A tracker gets the rows the nodes write to their CSV logs (`CSVFollower`), so credentials stay in
+the driver's process.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from dmpo.callbacks import Callback, CallbackList, RunEvents, default_callbacks
+from dmpo.distributed.common import get_quietly
+
+
+class DriverEvents:
+    """Callbacks and the tracker of one distributed run (module docstring)."""
+
+    def __init__(self, run_dir: Path, config: Any, *, resume: bool, callbacks: Sequence[Callback]) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.callbacks = CallbackList(RunEvents(run_dir, config, resumed=resume),
+                                      default_callbacks(config, callbacks))
+        self.last_evaluation: dict[str, Any] | None = None
+        self._reported_save: Any = None
+        self._tracker: Any = None
+        self._follower: Any = None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.callbacks.run.stop_requested
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.callbacks.run.stop_reason
+
+    def start(self, run: Any) -> None:
+        """Opens the tracker (continuing the run id in run.json) and calls `on_train_start`."""
+        from dmpo.trackers import CSVFollower, open_tracker
+
+        self._tracker = open_tracker(self.config, run)
+        self._follower = CSVFollower(self.run_dir) if self._tracker is not None else None
+        self.callbacks.on_train_start()
+
+    def poll(self, save_ref: Any) -> None:
+        """One monitoring pass: a written checkpoint, new log rows for the tracker."""
+        self._check_saved(save_ref)
+        self._forward_rows()
+
+    def on_evaluation(self, evaluator: Any, index: int, row: dict[str, Any]) -> None:
+        """Round `index` of the current evaluator node logged `row`: the callbacks' `on_evaluation`."""
+        self.last_evaluation = row
+        write = functools.partial(self._write_round_policy, evaluator, index, int(row.get("actor_steps", 0)))
+        self.callbacks.on_evaluation(row, write_policy=write)
+
+    def _write_round_policy(self, evaluator: Any, index: int, actor_steps: int, path: Path) -> Path:
+        metadata = {"env": self.config.env, "pixels": self.config.pixels,
+                    "action_repeat": self.config.action_repeat, "actor_steps": actor_steps}
+        written = ray.get(evaluator.save_round_policy.remote(index, str(path), metadata))
+        if written is None:
+            raise RuntimeError(f"evaluation round {index}'s parameters are no longer kept")
+        return Path(written)
+
+    def _check_saved(self, save_ref: Any) -> None:
+        if save_ref is None or self._reported_save is save_ref:
+            return
+        ready, _ = ray.wait([save_ref], timeout=0)
+        if ready:
+            self._report_checkpoint(save_ref, get_quietly(save_ref, 1.0))
+
+    def _report_checkpoint(self, save_ref: Any, path: str | None) -> None:
+        self._reported_save = save_ref
+        if path is None:
+            return
+        state = json.loads((Path(path) / "state.json").read_text())
+        self.callbacks.on_checkpoint({"path": path, "env_steps": int(state["env_steps"]),
+                                      "learner_steps": int(state["learner_steps"])})
+
+    def _forward_rows(self) -> None:
+        if self._follower is not None:
+            for label, row in self._follower.new_rows():
+                self._tracker.log_row(label, row)
+
+    def finish(self, status: str, save_ref: Any, saved: str | None) -> None:
+        """After the evaluations ended: the last checkpoint asked for (a finished run), the last rows."""
+        if status == "finished":
+            if save_ref is not None and self._reported_save is not save_ref:
+                self._report_checkpoint(save_ref, saved)
+        self._forward_rows()
+        if self._tracker is not None:
+            self._tracker.close()
+            self._tracker = None
+
+    def end(self, summary: dict[str, Any]) -> None:
+        self.callbacks.on_train_end(summary)
