@@ -77,10 +77,10 @@ def test_callbacks_run_in_the_driver_stop_the_program_and_keep_the_best_policy(t
     # The tracker got the nodes' rows (followed in their CSV logs); the key never reached a node.
     assert recorder.node_secrets == [None]
     with open(run_dir / "logs" / "evaluator" / "logs.csv", newline="") as f:
-        logged = [float(r["episode_return"]) for r in csv.DictReader(f)]
+        logged = [float(r["return_mean"]) for r in csv.DictReader(f)]  # one row per round
     (wandb_file,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
-    tracked = [r["evaluator/episode_return"] for r in wandb_records.history(wandb_file)
-               if "evaluator/episode_return" in r]
+    tracked = [r["evaluator/return_mean"] for r in wandb_records.history(wandb_file)
+               if "evaluator/return_mean" in r]
     assert logged and tracked == pytest.approx(logged)
     assert "not-a-real-key" not in "".join(p.read_text(errors="replace") for p in run_dir.rglob("*")
                                            if p.is_file() and p.suffix in (".json", ".log", ".csv", ".yaml"))

@@ -19,8 +19,9 @@ Ray cluster can run code as its owner. Each private cluster gets a fresh random 
 (`RAY_AUTH_MODE=token`, `RAY_AUTH_TOKEN`): Ray's servers refuse every gRPC/HTTP request without it.
 It lives only in the environment of this process and of the cluster's processes (which inherit it;
 /proc/<pid>/environ is readable by the owner only), never in a file or a log line; when the cluster
-shuts down, this process's RAY_AUTH_MODE, RAY_AUTH_TOKEN and RAY_AUTH_TOKEN_PATH are put back as they
-were, so later child processes do not inherit a dead cluster's token.
+shuts down, this process's RAY_AUTH_MODE, RAY_AUTH_TOKEN and RAY_AUTH_TOKEN_PATH (and the agent start-up
+timeout it lengthens, `_AGENT_REGISTER_TIMEOUT_MS`) are put back as they were, so later child processes
+do not inherit a dead cluster's token.
 
 Session files: a private cluster keeps them under a fresh `dmpo-ray-*` folder of the system temp
 folder, readable by its owner only (0700), and leaves them there for a post-mortem, as Ray does.
@@ -56,7 +57,11 @@ class ClusterInfo:
     """GPUs Ray reports for the whole cluster."""
 
 
-_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_agent_register_timeout_ms")
+# The raylet gives its Python agents this long to report their ports before it aborts. Ray's default
+# (15 s) ran out on this project's 2-core machines under load (a raylet crash "Timed out waiting for
+# file .../metrics_agent_port_..."); a user's own value is kept.
+_AGENT_REGISTER_TIMEOUT_MS = "120000"
 _saved_env: dict[str, str | None] | None = None  # the variables above before start_local_cluster
 
 
@@ -71,6 +76,8 @@ def _use_private_token() -> None:
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # 256 bits, as Ray's own generator
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)  # the variable above must be the token used
+    if _saved_env["RAY_agent_register_timeout_ms"] is None:
+        os.environ["RAY_agent_register_timeout_ms"] = _AGENT_REGISTER_TIMEOUT_MS
     ray_internals.reset_auth_caches()
 
 
