@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="benchmarks/learning.py", description=__doc__.splitlines()[0],
         epilog=f"Presets (extra `dmpo train` flags) -- {presets}. Flags after `--` go to every run.")
     parser.add_argument("--tasks", nargs="+", metavar="TASK",
-                        help="e.g. dmc:cartpole-swingup gym:HalfCheetah-v5")
+                        help="e.g. dmc:cartpole-swingup gym:HalfCheetah-v5 my_pkg.envs:make_env")
     parser.add_argument("--seeds", nargs="+", type=int, metavar="S", help="training seeds (default: 0 1 2)")
     parser.add_argument("--steps", type=int, default=100_000,
                         help="environment steps per run (default 100000)")
@@ -134,8 +134,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error("--tasks: give at least one task, e.g. --tasks dmc:cartpole-swingup")
     bad_tasks = [t for t in args.tasks or () if ":" not in t]
     if bad_tasks:
-        parser.error(f"--tasks: {bad_tasks} are not task names such as dmc:cartpole-swingup or "
-                     "gym:Pendulum-v1")
+        parser.error(f"--tasks: {bad_tasks} are not task names such as dmc:cartpole-swingup, "
+                     "gym:Pendulum-v1 or an entry point my_pkg.envs:make_env")
     if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
         parser.error(f"--seeds must be distinct integers >= 0, got {args.seeds}")
     for name in ("steps", "jobs", "eval_every", "eval_episodes", "resamples"):

@@ -48,14 +48,15 @@ def _import_module(module: str, what: str, search_path: str | None) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        raise EnvError(f"{what}: cannot import module {module!r} ({error}); an entry point must be "
-                       f"importable from {path} or the installed packages (other names: "
-                       "'dmc:<domain>-<task>', 'gym:<Id>', 'gym:<module>:<Id>')") from None
+        raise EnvError(f"unknown environment name {what!r}: cannot import module {module!r} ({error}); "
+                       f"an entry point 'module.path:callable' must be importable from {path} or the "
+                       "installed packages (other names: 'dmc:<domain>-<task>', 'gym:<Id>', "
+                       "'gym:<module>:<Id>')") from None
 
 
 def import_gym_module(module: str, search_path: str | None = None) -> None:
     """Imports the module of a `gym:<module>:<Id>` name (it registers the id on import)."""
-    _import_module(module, f"gym:{module}:...", search_path)
+    _import_module(module, f"gym:{module}:<Id>", search_path)
 
 
 def load_callable(name: str, search_path: str | None = None) -> Any:

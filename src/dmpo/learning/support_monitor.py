@@ -21,7 +21,8 @@ _log = logging.getLogger("dmpo")
 
 
 class SupportMonitor:
-    """Watches logged learner rows; warns once (stderr and the `dmpo` Python logger)."""
+    """Watches logged learner rows; warns once (stderr, and the `dmpo` Python logger when the program
+    has configured logging)."""
 
     def __init__(self, vmin: float, vmax: float, threshold: float = THRESHOLD, rows: int = ROWS) -> None:
         self.vmin, self.vmax = float(vmin), float(vmax)
@@ -41,4 +42,5 @@ class SupportMonitor:
                 f"{100 * value:.0f}% of the TD target's mass fell outside it in {self.rows} logged learner "
                 "rows in a row (critic/outside_mass); set --agent.networks.vmin/vmax (or auto)")
             print(f"dmpo: warning: {self.warning}", file=sys.stderr, flush=True)
-            _log.warning(self.warning)
+            if _log.hasHandlers():  # without a handler `logging` would print it to stderr a second time
+                _log.warning(self.warning)
