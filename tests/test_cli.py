@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -18,23 +19,41 @@ def run_cli(argv, capsys):
 
 
 @pytest.mark.parametrize(
-    "argv, field",
+    "argv, message",
     [
-        (["--agent.networks.vmin", "10", "--agent.networks.vmax", "0"], "NetworkConfig.vmin"),
-        (["--agent.learner.target-policy-update-period", "-1"], "target_policy_update_period"),
-        (["--agent.learner.target-critic-update-period", "0"], "target_critic_update_period"),
-        (["--agent.batch-size", "512", "--agent.max-replay-size", "256"], "DMPOConfig.batch_size"),
-        (["--agent.learner.discount", "1.5"], "LearnerConfig.discount"),
-        (["--steps", "0"], "TrainConfig.steps"),
-        (["--env", "cartpole"], "TrainConfig.env"),
-        (["--eval-episodes", "0"], "TrainConfig.eval_episodes"),  # crashed at the first evaluation
+        (["--agent.networks.vmin", "10", "--agent.networks.vmax", "0"],
+         "--agent.networks.vmin must be < --agent.networks.vmax (0.0), got 10.0"),
+        (["--agent.learner.target-policy-update-period", "-1"],
+         "--agent.learner.target-policy-update-period must be a positive integer, got -1"),
+        (["--agent.learner.target-critic-update-period", "0"], "--agent.learner.target-critic-update-period"),
+        (["--agent.batch-size", "0"], "--agent.batch-size must be a positive integer, got 0"),
+        (["--agent.batch-size", "512", "--agent.max-replay-size", "256"],
+         "--agent.batch-size must be <= --agent.max-replay-size (256), got 512"),
+        (["--agent.learner.discount", "1.5"], "--agent.learner.discount must be in [0, 1], got 1.5"),
+        (["--agent.learner.discount", "nan"], "--agent.learner.discount must be in [0, 1], got nan"),
+        (["--agent.learner.mpo.epsilon", "0"], "--agent.learner.mpo.epsilon must be a positive finite"),
+        (["--steps", "0"], "--steps must be a positive integer, got 0"),
+        (["--env", "cartpole"], "--env must be a task name"),
+        (["--eval-episodes", "0"], "--eval-episodes must be a positive integer"),  # crashed at the first eval
     ],
 )
-def test_invalid_train_arguments_name_the_field(argv, field, capsys, tmp_path):
+def test_invalid_train_arguments_name_the_flag_in_one_line(argv, message, capsys, tmp_path):
     code, output = run_cli(["train", "--run-dir", str(tmp_path / "run"), *argv], capsys)
-    assert code != 0
-    assert field in " ".join(output.split()), output  # rich may wrap the message across lines
+    assert code == 2
+    assert output.startswith(f"dmpo: error: {message}") and output.count("\n") == 1, output  # no usage panel
     assert not (tmp_path / "run").exists()  # nothing was created
+
+
+def test_a_budget_that_ends_before_learning_is_warned_at_start(monkeypatch, capsys, tmp_path):
+    import dmpo.runners.local
+
+    monkeypatch.setattr(dmpo.runners.local, "train",
+                        lambda config, run_dir, **_: {"env_steps": 0, "run_dir": str(run_dir)})
+    main(["train", "--agent.batch-size", "100000", "--steps", "100000", "--run-dir", str(tmp_path / "r")])
+    assert ("dmpo: warning: --steps 100,000 ends before the agent's first update, which waits for 100,000 "
+            "observations (--agent.batch-size 100,000)") in capsys.readouterr().err
+    main(["train", "--steps", "1001", "--run-dir", str(tmp_path / "r")])
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_unknown_environment_fails_before_creating_a_run(capsys, tmp_path):
@@ -72,6 +91,11 @@ def test_train_eval_plot_end_to_end(tmp_path):
                            capture_output=True, text=True, timeout=600, env=env)
     assert train.returncode == 0, train.stderr[-3000:]
     assert "finished: 250 env steps" in train.stdout
+    # Output to a pipe: the short evaluation line and plain status lines, not the logs' long rows.
+    lines = train.stdout.splitlines()
+    assert any(re.fullmatch(r"eval @ 250: -?\d+\.\d ± 0\.0 over 1 episode", line) for line in lines), lines
+    assert any(line.startswith("train 250/250 steps 100% ETA 0:00:00 | return ") for line in lines), lines
+    assert "[Evaluator]" not in train.stdout and "[Environment Loop]" not in train.stdout
     for path in ["config.json", "run.json", "logs/environment_loop/logs.csv", "logs/evaluator/logs.csv",
                  "logs/learner/logs.csv", "snapshots/policy.msgpack"]:
         assert (run / path).is_file(), path
@@ -105,6 +129,10 @@ def test_distributed_train_and_resume_from_the_command_line(tmp_path):
                            capture_output=True, text=True, timeout=600, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "finished:" in first.stdout
+    # The driver prints each evaluation round as one short line (the final one at 400 steps at least).
+    lines = first.stdout.splitlines()
+    assert any(re.fullmatch(r"eval @ [\d,]+: -?\d+\.\d ± 0\.0 over 1 episode", line) for line in lines), lines
+    assert "[Evaluator]" not in first.stdout
     assert (run / "config.json").read_text().count('"actors": 2') == 1  # the whole TrainConfig is kept
     assert any((run / "checkpoints").iterdir())
 

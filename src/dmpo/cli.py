@@ -20,7 +20,8 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dmpo.config import AGENT_PRESETS, ConfigError, TrainConfig
+from dmpo.config import AGENT_PRESETS, ConfigError, ParsedConfigError, TrainConfig, parsing_flags
+from dmpo.flags import flag_message
 
 
 def _fail(message: str) -> None:
@@ -51,13 +52,18 @@ def train(
       ray_address: join this Ray cluster instead of starting a local one (with --actors).
     """
     from dmpo.checkpointing import CheckpointError
+    from dmpo.config import flags_parsed
+    from dmpo.flags import budget_warnings
 
+    flags_parsed()
     del preset  # `main` has already built the config from it, so that flags apply on top
     if resume is not None:
         if run_dir is not None and Path(run_dir) != Path(resume):
             _fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
         config = _apply_resume_flags(resume, config)
         run_dir = resume
+    for warning in budget_warnings(config):
+        print(f"dmpo: warning: {warning}", file=sys.stderr)
     if config.pixels:
         os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
     if config.actors:
@@ -313,12 +319,15 @@ def main(argv: list[str] | None = None) -> None:
             train_command = functools.partial(train, config=TrainConfig(agent=AGENT_PRESETS[preset]()))
         else:
             train_command = train
-        tyro.extras.subcommand_cli_from_dict(
-            {"train": train_command, "eval": evaluate, "plot": plot},
-            args=args,
-            description="Distributional MPO (DMPO) for continuous control.",
-        )
-    except ConfigError as error:  # tyro reports nested configs itself; the top-level one lands here
+        with parsing_flags():  # a bad value is reported below, naming its flag, not in tyro's panel
+            tyro.extras.subcommand_cli_from_dict(
+                {"train": train_command, "eval": evaluate, "plot": plot},
+                args=args,
+                description="Distributional MPO (DMPO) for continuous control.",
+            )
+    except ParsedConfigError as error:
+        _fail(flag_message(error.error))
+    except ConfigError as error:
         _fail(str(error))
 
 

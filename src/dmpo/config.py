@@ -6,20 +6,60 @@ field and the expected value, so that a wrong setting fails before any work star
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 
 class ConfigError(ValueError):
-    """A configuration value is out of range; the message names the field."""
+    """A configuration value is out of range; the message names the field (`field`: `Class.name`)."""
+
+    def __init__(self, message: str, *, field: str | None = None, expected: str | None = None,
+                 value: object = None) -> None:
+        super().__init__(message)
+        self.field, self.expected, self.value = field, expected, value
+
+
+class ParsedConfigError(Exception):
+    """A `ConfigError` raised while `parsing_flags()` is on. Not a ValueError, so that a command-line
+    parser (tyro wraps ValueErrors in its usage panel) lets it through to `dmpo.cli`, which names the
+    flag; `.error` is the ConfigError."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_parsing_flags = contextvars.ContextVar("dmpo_parsing_flags", default=False)
+
+
+@contextlib.contextmanager
+def parsing_flags() -> Iterator[None]:
+    """Within it, configs raise `ParsedConfigError` instead of `ConfigError` (see there) until
+    `flags_parsed()` says the parser is done (the command it calls then runs with `ConfigError`s)."""
+    token = _parsing_flags.set(True)
+    try:
+        yield
+    finally:
+        _parsing_flags.reset(token)
+
+
+def flags_parsed() -> None:
+    """Configs raise `ConfigError` again (see `parsing_flags`)."""
+    _parsing_flags.set(False)
 
 
 def _check(condition: bool, field: str, expected: str, value: object) -> None:
     if not condition:
-        raise ConfigError(f"{field} must be {expected}, got {value!r}")
+        error = ConfigError(f"{field} must be {expected}, got {value!r}", field=field, expected=expected,
+                            value=value)
+        if _parsing_flags.get():
+            raise ParsedConfigError(error)
+        raise error
 
 
 def _positive_int(obj: object, *names: str) -> None:

@@ -108,6 +108,10 @@ class EvaluatorNode:
     def ping(self) -> int:
         return len(self.returns)
 
+    def returns_since(self, start: int) -> list[float]:
+        """The returns of the episodes after the first `start` (for the driver's evaluation lines)."""
+        return [value for _, value in self.returns[start:]]
+
     def latest(self) -> tuple[int, int, float] | None:
         """`(episodes evaluated so far, learner step of the weights, return)` of the newest episode."""
         return (len(self.returns), *self.returns[-1]) if self.returns else None

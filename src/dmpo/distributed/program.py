@@ -103,6 +103,7 @@ class DistributedProgram:
         self._last_save_time = 0.0
         self.evaluations = 0
         self._last_eval_step: int | None = None
+        self.evaluation_steps: list[int] = []  # env steps of the rounds asked for, in order
         # Checked here, before any cluster starts: the run directory and the environment.
         self._latest_checkpoint = self._check_run_directory()
         probe = self.env_factory(self.seed)
@@ -263,6 +264,7 @@ class DistributedProgram:
         if self.evaluator is not None:
             self.evaluations += 1
             self._last_eval_step = steps
+            self.evaluation_steps.append(steps)
             self.evaluator.request.remote()
 
     def _learner_finished(self) -> bool:
@@ -328,6 +330,15 @@ class DistributedProgram:
             kill(self.evaluator)
             self._evaluator_generation += 1
             self._start_evaluator()
+
+    def evaluation_returns_since(self, start: int) -> list[float] | None:
+        """The evaluator's returns after its first `start` episodes (None when it cannot answer now)."""
+        if self.evaluator is None or self._evaluator_ref is None:
+            return None
+        try:
+            return ray.get(self.evaluator.returns_since.remote(start), timeout=5.0)
+        except Exception:
+            return None
 
     def latest_evaluation(self) -> tuple[int, int, float] | None:
         """The evaluator's `(episodes so far, learner step, return)`, or None (never waits long)."""

@@ -144,6 +144,9 @@ def load(env_id: str, seed: int | None = None, render: bool = False) -> Gymnasiu
             f"unknown gymnasium id {env_id!r}: check gymnasium's registry "
             f"(gymnasium.pprint_registry()) for a continuous-control id such as 'Pendulum-v1'{hint}"
         )
+    from dmpo.utils.quiet import quiet_mujoco_warnings
+
+    quiet_mujoco_warnings()  # gymnasium's HalfCheetah model warns of a deprecated attribute on every load
     gym_env = gymnasium.make(env_id, render_mode="rgb_array") if render else gymnasium.make(env_id)
     try:
         return GymnasiumEnvironment(gym_env, seed=seed)

@@ -61,6 +61,7 @@ class LocalTrainer:
         self.env_factory = env_factory or environment_factory(config)
         self.progress_enabled = progress and not quiet
         self._quiet = quiet
+        self._progress: Progress | None = None
         probe = self.env_factory(config.seed)
         self.spec: EnvironmentSpec = make_environment_spec(probe)
         close = getattr(probe, "close", None)
@@ -77,10 +78,12 @@ class LocalTrainer:
         self.learner_counter.increment(steps=0, walltime=0.0)
         self.eval_counter.increment(steps=0, episodes=0)
         resumed = (TrainingCheckpoints(run.checkpoints_dir).latest_state() if resume else None) or {}
+        # The terminal shows `Progress`'s status line and short evaluation lines; the full rows go to
+        # the CSV and TensorBoard logs only.
         self.loop_logger = make_logger("environment_loop", path, time_delta=0.0,
-                                       terminal=not progress and not quiet, step_key="actor_steps",
+                                       terminal=False, step_key="actor_steps",
                                        resume_from_step=resumed.get("env_steps"))
-        self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=not quiet,
+        self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=False,
                                        step_key="actor_steps", resume_from_step=resumed.get("env_steps"))
         self.learner_logger = make_logger("learner", path, time_delta=1.0, terminal=False,
                                           step_key="learner_steps",
@@ -170,6 +173,8 @@ class LocalTrainer:
         counts = self.eval_counter.increment(episodes=self.config.eval_episodes, steps=eval_steps)
         row = {**{k: v for k, v in result.items() if np.isscalar(v)}, **self.counter.get_counts(), **counts}
         self.eval_logger.write(row)
+        if self._progress is not None:
+            self._progress.evaluation(self.env_steps(), list(result["episode_returns"]))
         self.save_snapshot()
         self.last_eval = row
         self._last_eval_step = self.env_steps()
@@ -197,7 +202,7 @@ class LocalTrainer:
 
     def run(self) -> dict[str, Any]:
         config = self.config
-        with Progress(config.steps, enabled=self.progress_enabled) as progress:
+        with Progress(config.steps, enabled=not self._quiet, live=self.progress_enabled) as progress:
             self._progress = progress
             try:
                 while self.env_steps() < config.steps:
