@@ -280,8 +280,13 @@ def plot(
     x: str = "actor_steps",
     y: str | None = None,
     label: str = "evaluator",
+    band: Literal["minmax", "std", "ci95"] = "minmax",
+    smooth: int = 1,
+    per_seed: bool = False,
+    title: str | None = None,
 ) -> None:
-    """Plot learning curves of one or more runs (seeds of one config are averaged, spread shaded).
+    """Plot learning curves of one or more runs: runs whose configs differ only in seed and --steps
+    are averaged, their spread shaded.
 
     Args:
       runs: run directories.
@@ -289,14 +294,21 @@ def plot(
       x: column for the x axis.
       y: column for the y axis (default: return_mean for the evaluator, episode_return otherwise).
       label: which log to read: evaluator or environment_loop.
+      band: the shaded band: min-max of the runs, mean ± std, or the 95% confidence interval of the mean.
+      smooth: average each run's last N points (trailing moving average) before anything else.
+      per_seed: also draw each run's own curve, thin.
+      title: the plot's title (default: the task(s), the y column and the log).
     """
     from dmpo.plotting import plot_runs
 
     if not runs:
         _fail("give at least one run directory")
     y = y or ("return_mean" if label == "evaluator" else "episode_return")
+    if smooth < 1:
+        _fail(f"--smooth must be a positive integer, got {smooth}")
     try:
-        path = plot_runs(list(runs), output, x=x, y=y, label_source=label)
+        path = plot_runs(list(runs), output, x=x, y=y, label_source=label, spread=band, smoothing=smooth,
+                         per_seed=per_seed, title=title)
     except (FileNotFoundError, ValueError, KeyError) as error:
         _fail(str(error))
     print(f"wrote {path}")
