@@ -86,7 +86,8 @@ def test_train_eval_plot_end_to_end(tmp_path):
     cli = [sys.executable, "-m", "dmpo.cli"]
     env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
     train = subprocess.run([*cli, "train", "--steps", "250", "--action-repeat", "8", "--eval-every", "250",
-                            "--eval-episodes", "1", "--checkpoint-every", "125", "--run-dir", str(run),
+                            "--eval-episodes", "1", "--checkpoint-every", "125", "--video-every", "250",
+                            "--run-dir", str(run),
                             *TINY],
                            capture_output=True, text=True, timeout=600, env=env)
     assert train.returncode == 0, train.stderr[-3000:]
@@ -100,6 +101,7 @@ def test_train_eval_plot_end_to_end(tmp_path):
                  "logs/learner/logs.csv", "snapshots/policy.msgpack"]:
         assert (run / path).is_file(), path
     assert '"status": "finished"' in (run / "run.json").read_text()
+    assert_episode_video(run / "videos" / "step_000000000250.mp4", frames=125 + 1)  # --video-every
 
     video = tmp_path / "episode.gif"
     evaluation = subprocess.run([*cli, "eval", str(run), "--episodes", "2", "--video", str(video)],
@@ -118,6 +120,15 @@ def test_train_eval_plot_end_to_end(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def assert_episode_video(path, frames):
+    """A whole episode filmed at 240x320 (one frame after reset and one per step), not blank."""
+    import imageio.v3 as iio
+
+    video = iio.imread(path, index=None)
+    assert video.shape == (frames, 240, 320, 3), video.shape
+    assert video.std() > 0
+
+
 @pytest.mark.ray
 def test_distributed_train_and_resume_from_the_command_line(tmp_path):
     """`dmpo train --actors 2` on a private local Ray cluster keeps the TrainConfig and checkpoints."""
@@ -125,7 +136,8 @@ def test_distributed_train_and_resume_from_the_command_line(tmp_path):
     cli = [sys.executable, "-m", "dmpo.cli"]
     env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
     common = ["--action-repeat", "8", "--eval-episodes", "1", *TINY]
-    first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--run-dir", str(run), *common],
+    first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--video-every", "400",
+                            "--run-dir", str(run), *common],
                            capture_output=True, text=True, timeout=600, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "finished:" in first.stdout
@@ -133,6 +145,8 @@ def test_distributed_train_and_resume_from_the_command_line(tmp_path):
     lines = first.stdout.splitlines()
     assert any(re.fullmatch(r"eval @ [\d,]+: -?\d+\.\d ± 0\.0 over 1 episode", line) for line in lines), lines
     assert "[Evaluator]" not in first.stdout
+    (video,) = (run / "videos").glob("step_*.mp4")  # filmed by the evaluator node at the final round
+    assert_episode_video(video, frames=125 + 1)
     assert (run / "config.json").read_text().count('"actors": 2') == 1  # the whole TrainConfig is kept
     assert any((run / "checkpoints").iterdir())
 
@@ -171,6 +185,8 @@ def test_eval_video_of_a_gym_run(tmp_path, capsys):
     (["--env", "dmc:cartpole-swingup"], "dmc:cartpole-swingup"),  # another task: observation shapes differ
     (["--video", "episode.avi"], ".mp4 or .gif"),
     (["--env", "dmc:nonexistent-task"], "nonexistent"),
+    (["--video", "episode.gif", "--camera", "nosuch"],
+     "gym:InvertedPendulum-v5: InvertedPendulum-v5 has no camera 'nosuch'; its cameras are"),
 ])
 def test_eval_errors_are_one_line(tmp_path, capsys, extra, expected):
     snapshot = gym_snapshot(tmp_path)

@@ -64,7 +64,7 @@ def train(
         run_dir = resume
     for warning in budget_warnings(config):
         print(f"dmpo: warning: {warning}", file=sys.stderr)
-    if config.pixels:
+    if config.pixels or config.video_every:
         os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
     if config.actors:
         summary = _train_distributed(config, run_dir, resume=resume is not None, progress=progress,
@@ -84,7 +84,8 @@ def train(
 
 # Settings that may differ on `--resume` (a longer budget, other periods, more actors); any other
 # difference from the saved config would not match the checkpoint (networks, env, agent) and is refused.
-RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors")
+RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors",
+                    "video_every")
 
 
 def _resume_argument(args: list[str]) -> Path | None:
@@ -230,6 +231,7 @@ def evaluate(
     video: Path | None = None,
     seed: int = 0,
     env: str | None = None,
+    camera: str | None = None,
 ) -> None:
     """Evaluate a policy snapshot (or a run directory's) with the policy mean.
 
@@ -239,6 +241,8 @@ def evaluate(
       video: write the first episode to this .mp4 or .gif file.
       seed: environment seed.
       env: task name (default: the one the snapshot was trained on).
+      camera: the video's camera, by name or index (default: one that follows the body where the
+        task has one: dm_control's camera 0, gymnasium MuJoCo's `track` camera).
     """
     if episodes < 1:
         _fail(f"--episodes must be a positive integer, got {episodes}")
@@ -264,7 +268,10 @@ def evaluate(
         environment = make(name, seed=seed, pixels=bool(meta.get("pixels")),
                            action_repeat=meta.get("action_repeat"), render=video is not None)
         _check_spec_matches(policy.environment_spec, environment, name)
-        result = run_evaluation(environment, policy, episodes, video_path=video)
+        from dmpo.videos import camera_render_fn, parse_camera
+
+        result = run_evaluation(environment, policy, episodes, video_path=video,
+                                render_fn=camera_render_fn(parse_camera(camera)))
     except (EnvError, OSError, ValueError, TypeError) as error:  # one line, not a traceback
         _fail(f"eval {target} on {name}: {error}")
     print(f"{name}: return {result['return_mean']:.1f} ± {result['return_std']:.1f} "

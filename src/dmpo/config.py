@@ -275,6 +275,9 @@ class TrainConfig:
     at all when `agent.checkpoint` is False."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (oldest deleted first)."""
+    video_every: int = 0
+    """Environment steps between videos: the first evaluation after each multiple films one episode
+    to `<run>/videos/step_<env steps>.mp4` (`dmpo.videos`); 0 records none. Needs eval_every > 0."""
     save_replay: bool = True
     """Store the replay contents in checkpoints and restore them on resume (both modes). Without
     them a resumed run waits for `min_replay_size` fresh observations before learning again."""
@@ -290,7 +293,7 @@ class TrainConfig:
         _check(isinstance(self.env, str) and ":" in self.env, "TrainConfig.env",
                "a task name such as 'dmc:cartpole-swingup' or 'gym:Pendulum-v1'", self.env)
         _positive_int(self, "steps", "keep_checkpoints")
-        for name in ("eval_every", "eval_episodes", "checkpoint_every", "actors"):
+        for name in ("eval_every", "eval_episodes", "checkpoint_every", "actors", "video_every"):
             value = getattr(self, name)
             _check(isinstance(value, int) and value >= 0, f"TrainConfig.{name}", "an integer >= 0", value)
         if self.action_repeat is not None:
@@ -304,6 +307,9 @@ class TrainConfig:
         _check(self.eval_every == 0 or self.eval_episodes >= 1, "TrainConfig.eval_episodes",
                "a positive integer while eval_every > 0 (set eval_every=0 to turn evaluation off)",
                self.eval_episodes)
+
+        _check(self.video_every == 0 or self.eval_every > 0, "TrainConfig.video_every",
+               "0 while eval_every is 0 (videos are filmed at evaluations)", self.video_every)
 
     def resolved(self) -> TrainConfig:
         """This config with pixel defaults filled in: `--pixels` with the state networks' flatten torso

@@ -222,7 +222,7 @@ class DistributedProgram:
         self.evaluator = make_evaluator_node(
             self._settings, node_seed(self.seed, _ROLE_EVALUATOR, 0, self._evaluator_generation),
             self.learner, self.counter, episodes_per_round=max(self.config.eval_episodes, 1),
-            period_seconds=self.options.evaluator_period_seconds)
+            period_seconds=self.options.evaluator_period_seconds, video_every=self.config.video_every)
         self._evaluator_ref = self.evaluator.run.remote()
 
     # ----------------------------------------------------------------------------------------- poll
@@ -265,7 +265,7 @@ class DistributedProgram:
             self.evaluations += 1
             self._last_eval_step = steps
             self.evaluation_steps.append(steps)
-            self.evaluator.request.remote()
+            self.evaluator.request.remote(steps)
 
     def _learner_finished(self) -> bool:
         ready, _ = ray.wait([self._learner_ref], timeout=0)

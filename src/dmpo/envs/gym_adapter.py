@@ -127,7 +127,8 @@ class GymnasiumEnvironment(dm_env.Environment):
         try:
             frame = self._gym_env.render()
         except gymnasium.error.DependencyNotInstalled as error:
-            raise EnvError(f"cannot render {self._gym_env.spec.id}: {error}") from None
+            extra = ("; with dmpo: pip install 'dmpo[classic-control]'" if "pygame" in str(error) else "")
+            raise EnvError(f"cannot render {self._gym_env.spec.id}: {error}{extra}") from None
         return np.asarray(frame, dtype=np.uint8)
 
     def close(self) -> None:

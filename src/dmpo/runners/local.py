@@ -41,6 +41,7 @@ from dmpo.types import EnvironmentSpec, make_environment_spec
 from dmpo.utils.counting import Counter
 from dmpo.utils.logging import make_logger
 from dmpo.utils.progress import Progress
+from dmpo.videos import camera_render_fn, rendering_factory, video_path
 
 _EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
 
@@ -100,6 +101,7 @@ class LocalTrainer:
         self._last_eval_step = -1
         self.next_checkpoint = (config.checkpoint_every or None) if self.checkpoints is not None else None
         self.next_eval = config.eval_every or None
+        self.next_video = config.video_every or None
         if resume:
             self._restore()
 
@@ -158,6 +160,8 @@ class LocalTrainer:
             self.next_checkpoint = next_boundary(state.env_steps, self.config.checkpoint_every)
         if self.config.eval_every:
             self.next_eval = next_boundary(state.env_steps, self.config.eval_every)
+        if self.config.video_every:
+            self.next_video = next_boundary(state.env_steps, self.config.video_every)
         self.run_dir.mark_resumed()
 
     # -- evaluation and snapshots ---------------------------------------------------------------
@@ -166,8 +170,18 @@ class LocalTrainer:
         with self.agent.pause():
             params = jax.device_put(self.agent.learner.policy_params())
         mean_fn = self._mean_fn
-        env = self.env_factory(segment_seed(self.config.seed + _EVAL_SEED_OFFSET, self.evaluations))
-        result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
+        seed = segment_seed(self.config.seed + _EVAL_SEED_OFFSET, self.evaluations)
+        video = self._video_due()
+        if video is None:
+            env = self.env_factory(seed)
+            result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
+        else:  # the same episodes, filmed from an environment made able to render (`dmpo.videos`)
+            env = rendering_factory(self.env_factory)(seed)
+            result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes,
+                              video_path=video, render_fn=camera_render_fn())
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
         self.evaluations += 1
         eval_steps = int(round(result["length_mean"] * self.config.eval_episodes))
         counts = self.eval_counter.increment(episodes=self.config.eval_episodes, steps=eval_steps)
@@ -180,6 +194,12 @@ class LocalTrainer:
         self._last_eval_step = self.env_steps()
         self._last_checkpoint_step = None  # the evaluation counts changed since the last checkpoint
         return row
+
+    def _video_due(self) -> Path | None:
+        if self.next_video is None or self.env_steps() < self.next_video:
+            return None
+        self.next_video = next_boundary(self.env_steps(), self.config.video_every)
+        return video_path(self.run_dir.path, self.env_steps())
 
     @functools.cached_property
     def _mean_fn(self) -> Any:
