@@ -102,6 +102,7 @@ def test_train_eval_plot_end_to_end(tmp_path):
         assert (run / path).is_file(), path
     assert '"status": "finished"' in (run / "run.json").read_text()
     assert_episode_video(run / "videos" / "step_000000000250.mp4", frames=125 + 1)  # --video-every
+    assert "os.fork()" not in train.stderr  # ffmpeg starts without running JAX's fork warning
 
     video = tmp_path / "episode.gif"
     evaluation = subprocess.run([*cli, "eval", str(run), "--episodes", "2", "--video", str(video)],

@@ -1,11 +1,11 @@
 """Videos of evaluation episodes: the camera they are filmed with, and where training writes them.
 
 Cameras. `camera_render_fn(camera)` renders RGB frames (dm_control 240×320, gymnasium at its own
-480×480) from a model camera given by name or index. By default it picks a camera that follows the body where the task has one: a dm_control
-suite task's camera 0 (the suite's locomotion tasks define it as a tracking camera, e.g. cheetah and
-walker `side`), and for a gymnasium MuJoCo task its model's `track` camera (HalfCheetah, Hopper,
-Walker2d, Ant, ...), which gymnasium itself replaces by a free camera that stays where the episode
-started. Tasks without either render with their own default view.
+480×480) from a model camera given by name or index. By default it picks a camera that follows the
+body where the task has one: a dm_control suite task's camera 0 (the suite's locomotion tasks define
+it as a tracking camera, e.g. cheetah and walker `side`), and for a gymnasium MuJoCo task its model's
+`track` camera (HalfCheetah, Hopper, Walker2d, Ant, ...), which gymnasium itself replaces by a free
+camera that stays where the episode started. Tasks without either render with their own default view.
 
 Training videos. With `TrainConfig.video_every = N` the first evaluation after every N environment
 steps films one episode of the evaluation policy to `<run>/videos/step_<env steps, 12 digits>.mp4`
