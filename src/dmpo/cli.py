@@ -66,6 +66,15 @@ def train(
         print(f"dmpo: warning: {warning}", file=sys.stderr)
     if config.pixels or config.video_every:
         os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
+    if config.video_every:
+        from dmpo.builder import environment_factory
+        from dmpo.envs import EnvError
+        from dmpo.videos import check_can_film
+
+        try:  # e.g. gym classic-control tasks without pygame: said now, not at the first video
+            check_can_film(environment_factory(config), config.seed)
+        except EnvError as error:
+            _fail(f"--video-every {config.video_every}: {error}")
     if config.actors:
         summary = _train_distributed(config, run_dir, resume=resume is not None, progress=progress,
                                      ray_address=ray_address)

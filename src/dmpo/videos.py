@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["camera_render_fn", "parse_camera", "rendering_factory", "video_path"]
+__all__ = ["camera_render_fn", "check_can_film", "parse_camera", "rendering_factory", "video_path"]
 
 _SIZE = {"height": 240, "width": 320}
 
@@ -48,6 +48,19 @@ def rendering_factory(factory: Any) -> Any:
     if isinstance(factory, TaskFactory):
         return TaskFactory(factory.name, **{**factory.options, "render": True})
     return factory
+
+
+def check_can_film(factory: Any, seed: int) -> None:
+    """Renders one frame of the task now (EnvError if it cannot, e.g. pygame missing), so that
+    `--video-every` fails before training rather than at the first video."""
+    environment = rendering_factory(factory)(seed)
+    try:
+        environment.reset()
+        camera_render_fn()(environment)
+    finally:
+        close = getattr(environment, "close", None)
+        if close is not None:
+            close()
 
 
 def _layers(environment: Any) -> list[Any]:
