@@ -282,3 +282,40 @@ def test_resume_without_replay_waits_for_fresh_observations(tmp_path):
     final = train(dataclasses.replace(config, steps=90), tmp_path / "run", resume=True,
                   env_factory=env_factory, progress=False, quiet=True)
     assert final["counts"]["learner_steps"] == learned_before + 1
+
+
+def test_save_and_load_continue_with_the_same_actions_and_updates(tmp_path):
+    """`DMPO.load(agent.save(path))` acts and learns exactly as the saved agent goes on to."""
+    def env():
+        return FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10, seed=5)
+
+    def next_episode(agent):  # the actions and the learner state after one more episode
+        actions = []
+        loop = EnvironmentLoop(env(), agent, logger=NoOpLogger())
+        select = agent.select_action
+        agent.select_action = lambda obs: actions.append(select(obs)) or actions[-1]
+        loop.run(num_episodes=1)
+        return actions, jax.tree_util.tree_leaves(agent.learner.save_state())
+
+    agent = DMPO(make_environment_spec(env()), tiny_config(), seed=4)
+    EnvironmentLoop(env(), agent, logger=NoOpLogger()).run(num_episodes=3)
+    saved_steps = int(agent.learner.save_state().steps)
+    assert saved_steps > 0
+    agent.save(tmp_path / "with-replay", replay=True)
+    agent.save(tmp_path / "no-replay")
+    with pytest.raises(FileExistsError, match="never replaces"):
+        agent.save(tmp_path / "no-replay")
+    expected_actions, expected_state = next_episode(agent)
+
+    loaded = DMPO.load(tmp_path / "with-replay")
+    assert loaded.config == agent.config and loaded.num_observations == 30
+    actions, state = next_episode(loaded)
+    np.testing.assert_array_equal(np.stack(actions), np.stack(expected_actions))
+    assert int(loaded.learner.save_state().steps) > saved_steps  # it learned during that episode
+    for a, b in zip(state, expected_state, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    without = DMPO.load(tmp_path / "no-replay")
+    assert without.table.stats().size == 0 and without.learning_starts == 30 + without.config.min_observations
+    first = without.select_action(env().reset().observation)
+    np.testing.assert_array_equal(first, expected_actions[0])  # the same policy and action count

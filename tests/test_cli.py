@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -20,27 +21,59 @@ def run_cli(argv, capsys):
 
 
 @pytest.mark.parametrize(
-    "argv, field",
+    "argv, message",
     [
-        (["--agent.networks.vmin", "10", "--agent.networks.vmax", "0"], "NetworkConfig.vmin"),
-        (["--agent.learner.target-policy-update-period", "-1"], "target_policy_update_period"),
-        (["--agent.learner.target-critic-update-period", "0"], "target_critic_update_period"),
-        (["--agent.batch-size", "512", "--agent.max-replay-size", "256"], "DMPOConfig.batch_size"),
-        (["--agent.learner.discount", "1.5"], "LearnerConfig.discount"),
-        (["--steps", "0"], "TrainConfig.steps"),
-        (["--env", "cartpole"], "TrainConfig.env"),
-        (["--eval-episodes", "0"], "TrainConfig.eval_episodes"),  # crashed at the first evaluation
+        (["--agent.networks.vmin", "10", "--agent.networks.vmax", "0"],
+         "--agent.networks.vmin must be < --agent.networks.vmax (0.0), got 10.0"),
+        (["--agent.learner.target-policy-update-period", "-1"],
+         "--agent.learner.target-policy-update-period must be a positive integer, got -1"),
+        (["--agent.learner.target-critic-update-period", "0"], "--agent.learner.target-critic-update-period"),
+        (["--agent.batch-size", "0"], "--agent.batch-size must be a positive integer, got 0"),
+        (["--agent.batch-size", "512", "--agent.max-replay-size", "256"],
+         "--agent.batch-size must be <= --agent.max-replay-size (256), got 512"),
+        (["--agent.learner.discount", "1.5"], "--agent.learner.discount must be in [0, 1], got 1.5"),
+        (["--agent.learner.discount", "nan"], "--agent.learner.discount must be in [0, 1], got nan"),
+        (["--agent.learner.mpo.epsilon", "0"], "--agent.learner.mpo.epsilon must be a positive finite"),
+        (["--steps", "0"], "--steps must be a positive integer, got 0"),
+        (["--env", "cartpole"], "--env must be a task name"),
+        (["--eval-episodes", "0"], "--eval-episodes must be a positive integer"),  # crashed at the first eval
         (["--actors", "2", "--actor-resources", "{worker: 1}"], "--actor-resources must be a JSON object"),
         (["--actors", "2", "--learner-resources", '{"GPU": 1}'], "--learner-resources must map custom"),
         (["--actors", "2", "--replay-resources", '{"head": -1}'], "--replay-resources must map custom"),
         (["--actor-resources", '{"worker": 1}'], "they need --actors N"),
     ],
 )
-def test_invalid_train_arguments_name_the_field(argv, field, capsys, tmp_path):
+def test_invalid_train_arguments_name_the_flag_in_one_line(argv, message, capsys, tmp_path):
     code, output = run_cli(["train", "--run-dir", str(tmp_path / "run"), *argv], capsys)
-    assert code != 0
-    assert field in " ".join(output.split()), output  # rich may wrap the message across lines
+    assert code == 2
+    assert output.startswith(f"dmpo: error: {message}") and output.count("\n") == 1, output  # no usage panel
     assert not (tmp_path / "run").exists()  # nothing was created
+
+
+def test_video_every_on_a_task_that_cannot_render_fails_at_start(capsys, tmp_path):
+    pytest.importorskip("gymnasium")
+    try:
+        import pygame  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("pygame is installed: gym classic-control tasks can render")
+    code, output = run_cli(["train", "--env", "gym:Pendulum-v1", "--video-every", "1000",
+                            "--run-dir", str(tmp_path / "run")], capsys)
+    assert code == 2 and output.startswith("dmpo: error: --video-every 1000: cannot render Pendulum-v1")
+    assert "pip install 'dmpo[classic-control]'" in output and not (tmp_path / "run").exists()
+
+
+def test_a_budget_that_ends_before_learning_is_warned_at_start(monkeypatch, capsys, tmp_path):
+    import dmpo.runners.local
+
+    monkeypatch.setattr(dmpo.runners.local, "train",
+                        lambda config, run_dir, **_: {"env_steps": 0, "run_dir": str(run_dir)})
+    main(["train", "--agent.batch-size", "100000", "--steps", "100000", "--run-dir", str(tmp_path / "r")])
+    assert ("dmpo: warning: --steps 100,000 ends before the agent's first update, which waits for 100,000 "
+            "observations (--agent.batch-size 100,000)") in capsys.readouterr().err
+    main(["train", "--steps", "1001", "--run-dir", str(tmp_path / "r")])
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_unknown_environment_fails_before_creating_a_run(capsys, tmp_path):
@@ -73,15 +106,23 @@ def test_train_eval_plot_end_to_end(tmp_path):
     cli = [sys.executable, "-m", "dmpo.cli"]
     env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
     train = subprocess.run([*cli, "train", "--steps", "250", "--action-repeat", "8", "--eval-every", "250",
-                            "--eval-episodes", "1", "--checkpoint-every", "125", "--run-dir", str(run),
+                            "--eval-episodes", "1", "--checkpoint-every", "125", "--video-every", "250",
+                            "--run-dir", str(run),
                             *TINY],
                            capture_output=True, text=True, timeout=600, env=env)
     assert train.returncode == 0, train.stderr[-3000:]
     assert "finished: 250 env steps" in train.stdout
+    # Output to a pipe: the short evaluation line and plain status lines, not the logs' long rows.
+    lines = train.stdout.splitlines()
+    assert any(re.fullmatch(r"eval @ 250: -?\d+\.\d ± 0\.0 over 1 episode", line) for line in lines), lines
+    assert any(line.startswith("train 250/250 steps 100% ETA 0:00:00 | return ") for line in lines), lines
+    assert "[Evaluator]" not in train.stdout and "[Environment Loop]" not in train.stdout
     for path in ["config.json", "run.json", "logs/environment_loop/logs.csv", "logs/evaluator/logs.csv",
                  "logs/learner/logs.csv", "snapshots/policy.msgpack"]:
         assert (run / path).is_file(), path
     assert '"status": "finished"' in (run / "run.json").read_text()
+    assert_episode_video(run / "videos" / "step_000000000250.mp4", frames=125 + 1)  # --video-every
+    assert "os.fork()" not in train.stderr  # ffmpeg starts without running JAX's fork warning
 
     video = tmp_path / "episode.gif"
     evaluation = subprocess.run([*cli, "eval", str(run), "--episodes", "2", "--video", str(video)],
@@ -111,6 +152,15 @@ def test_train_eval_plot_end_to_end(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def assert_episode_video(path, frames):
+    """A whole episode filmed at 240x320 (one frame after reset and one per step), not blank."""
+    import imageio.v3 as iio
+
+    video = iio.imread(path, index=None)
+    assert video.shape == (frames, 240, 320, 3), video.shape
+    assert video.std() > 0
+
+
 @pytest.mark.ray
 def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     """`dmpo train --actors 2` leaves what a local run leaves (evaluation rows, policy snapshot), within
@@ -124,10 +174,18 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
     episode = 125  # cartpole with action repeat 8
     common = ["--action-repeat", "8", "--eval-episodes", "2", "--eval-every", "250", *TINY]
-    first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--run-dir", str(run), *common],
+    first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--video-every", "400",
+                            "--run-dir", str(run), *common],
                            capture_output=True, text=True, timeout=600, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "finished:" in first.stdout and "last evaluation return" in first.stdout
+    # The driver prints each evaluation round as one short line (the final one at 400 steps at least).
+    lines = first.stdout.splitlines()
+    eval_line = re.compile(r"eval @ [\d,]+: -?\d+\.\d ± \d+\.\d over 2 episodes")
+    assert any(eval_line.fullmatch(line) for line in lines), lines
+    assert "[Evaluator]" not in first.stdout
+    (video,) = (run / "videos").glob("step_*.mp4")  # filmed by the evaluator node at the final round
+    assert_episode_video(video, frames=episode + 1)
     assert (run / "config.json").read_text().count('"actors": 2') == 1  # the whole TrainConfig is kept
     assert any((run / "checkpoints").iterdir())
     state = json.loads(TrainingCheckpoints(run / "checkpoints").latest().joinpath("state.json").read_text())
@@ -203,6 +261,8 @@ def test_eval_video_of_a_gym_run(tmp_path, capsys):
     (["--env", "dmc:cartpole-swingup"], "dmc:cartpole-swingup"),  # another task: observation shapes differ
     (["--video", "episode.avi"], ".mp4 or .gif"),
     (["--env", "dmc:nonexistent-task"], "nonexistent"),
+    (["--video", "episode.gif", "--camera", "nosuch"],
+     "gym:InvertedPendulum-v5: InvertedPendulum-v5 has no camera 'nosuch'; its cameras are"),
 ])
 def test_eval_errors_are_one_line(tmp_path, capsys, extra, expected):
     snapshot = gym_snapshot(tmp_path)

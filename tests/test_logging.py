@@ -280,6 +280,27 @@ def test_progress_is_disabled_off_a_terminal_and_draws_when_forced():
     assert "5/10" in text and "episodes 2" in text and "return 3.2" in text
 
 
+def test_status_line_keeps_steps_and_eta_and_drops_fields_from_the_right():
+    clock = FakeClock()
+    lines: list[str] = []
+    progress = Progress(100_000, live=False, clock=clock, print_fn=lines.append)
+    clock.now = 0.0
+    progress.update(env_steps=10_000, episodes=10, learner_steps=0)
+    clock.now = 10.0
+    progress.update(env_steps=20_000, episodes=20, last_return=-12.25, learner_steps=500)
+    progress.evaluation(20_000, [810.0, 814.6])
+    wide = progress.status_line(200)
+    assert wide == ("train 20,000/100,000 steps 20% ETA 0:01:20 | return -12.2 (mean1 -12.2) | eval 812.3 "
+                    "| 50.0 upd/s | episodes 20")
+    # The return does not fit in 60 columns: it and every field after it go.
+    assert progress.status_line(60) == "train 20,000/100,000 steps 20% ETA 0:01:20"
+    assert progress.status_line(30) == "20,000/100,000 steps 20% ETA 0:01:20"  # never the steps or ETA
+    # Off a terminal: a status line per tenth of the budget and the evaluation as one short line.
+    assert lines == ["train 10,000/100,000 steps 10% ETA -:--:-- | episodes 10",
+                     progress.status_line(120).replace(" | eval 812.3", ""),
+                     "eval @ 20,000: 812.3 ± 2.3 over 2 episodes"]
+
+
 def test_progress_rejects_bad_total():
     with pytest.raises(ValueError, match="total_steps"):
         Progress(0)

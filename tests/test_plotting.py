@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from dmpo.config import DMPOConfig, LearnerConfig
-from dmpo.plotting import Curve, _short_names, aggregate_curves, group_runs, load_curve, plot_runs, smooth
+from dmpo.plotting import (
+    Curve,
+    _short_names,
+    aggregate_curves,
+    group_runs,
+    load_curve,
+    plot_figure,
+    plot_runs,
+    smooth,
+)
 from dmpo.runs import RunDirectory
 from dmpo.utils.logging import CSVLogger
 
@@ -18,12 +27,14 @@ from dmpo.utils.logging import CSVLogger
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
+    env: str = "dmc:cartpole-swingup"
+    steps: int = 2000
     agent: DMPOConfig = dataclasses.field(default_factory=DMPOConfig)
 
 
 def make_run(root: Path, name: str, discount: float, seed: int, *, steps_key: str = "actor_steps",
-             offset: float = 0.0, n: int = 20) -> Path:
-    config = TrainConfig(seed=seed, agent=DMPOConfig(learner=LearnerConfig(discount=discount)))
+             offset: float = 0.0, n: int = 20, budget: int = 2000) -> Path:
+    config = TrainConfig(seed=seed, steps=budget, agent=DMPOConfig(learner=LearnerConfig(discount=discount)))
     run = RunDirectory.create(root / name, config, seed=seed)
     logger = CSVLogger(run.path, "evaluator")
     for i in range(n):
@@ -50,7 +61,49 @@ def test_plot_runs_writes_a_png(four_runs, tmp_path):
 def test_default_grouping_ignores_seeds_and_labels_by_difference(four_runs):
     groups = group_runs(four_runs)
     assert groups == {"discount=0.9": four_runs[:2], "discount=0.99": four_runs[2:]}
-    assert group_runs(four_runs[:2]) == {"2 runs": four_runs[:2]}
+    assert group_runs(four_runs[:2]) == {"all runs": four_runs[:2]}
+
+
+def texts(figure):
+    (axes,) = figure.axes
+    (legend,) = figure.legends
+    return (axes.get_title(), axes.get_xlabel(), axes.get_ylabel(), legend.get_title().get_text(),
+            [text.get_text() for text in legend.get_texts()])
+
+
+def test_figure_names_task_band_and_groups(four_runs, tmp_path):
+    from matplotlib.collections import PolyCollection
+
+    longer = make_run(tmp_path, "0.9-2-longer", 0.9, 2, budget=4000)  # another --steps: same group
+    figure = plot_figure([*four_runs, longer], smoothing=3, spread="ci95")
+    title, x_label, y_label, legend_title, labels = texts(figure)
+    assert title == "dmc:cartpole-swingup: episode_return (evaluator)"
+    assert (x_label, y_label) == ("actor_steps", "episode_return, mean of the last 3 points")
+    assert legend_title == "shaded: 95% CI of the mean (t) over runs"
+    assert labels == ["discount=0.9: mean of 3 runs", "discount=0.99: mean of 2 runs"]
+    (axes,) = figure.axes
+    assert len(axes.lines) == 2 and sum(isinstance(c, PolyCollection) for c in axes.collections) == 2
+
+    figure = plot_figure(four_runs[:2], spread="minmax", per_seed=True)
+    title, _, y_label, legend_title, labels = texts(figure)
+    assert y_label == "episode_return" and labels == ["all runs: mean of 2 runs"]
+    assert legend_title == "shaded: min–max over runs; thin lines: single runs"
+    (axes,) = figure.axes
+    assert len(axes.lines) == 3  # the mean and each run's own curve
+    np.testing.assert_allclose(axes.lines[1].get_ydata(), 10.0 + np.arange(20.0))  # seed 0, as logged
+
+    title, *_, legend_title, labels = texts(plot_figure(four_runs[:1], spread="std", title="mine"))
+    assert title == "mine" and legend_title == "" and labels == ["all runs: 0.9-0"]
+
+
+def test_ci95_band_is_students_t_interval():
+    a = Curve(Path("a"), np.array([0.0, 1.0]), np.array([0.0, 0.0]), "steps")
+    b = Curve(Path("b"), np.array([0.0, 1.0]), np.array([2.0, 2.0]), "steps")
+    _, mean, low, high = aggregate_curves([a, b], num_points=2, spread="ci95")
+    # n = 2: sample std sqrt(2), t(0.975, 1) = 12.7062 (tables), half width 12.7062 * sqrt(2) / sqrt(2)
+    np.testing.assert_allclose(mean, 1.0)
+    np.testing.assert_allclose(high - mean, 12.7062, rtol=1e-5)
+    np.testing.assert_allclose(mean - low, 12.7062, rtol=1e-5)
 
 
 def test_legend_names_are_short_unless_ambiguous():

@@ -19,7 +19,9 @@ so an acting thread blocked in an insert wakes up, and the next `observe` raises
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import dm_env
@@ -67,6 +69,7 @@ class DMPO:
                              "its update schedule (or, overlapped, its rate limiter) is that ratio; None "
                              "(no ratio) is for the distributed program only")
         self.config = config
+        self.seed = seed
         self.builder = builder
         self.overlap_learner = overlap_learner
         self.networks = builder.networks
@@ -176,6 +179,22 @@ class DMPO:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- saving and loading ------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str], *, replay: bool = False) -> Path:
+        """Writes the learner state, config and counts (and, with `replay`, the replay contents) to a
+        new folder `path`; `DMPO.load(path)` continues from it (see `dmpo.agent_files`)."""
+        from dmpo.agent_files import save_agent
+
+        return save_agent(self, path, replay=replay)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, networks: DMPONetworks | None = None, logger: Any = None,
+             counter: Any = None) -> DMPO:
+        """The agent `save` wrote to `path`: same next action, and with its replay the same next update."""
+        from dmpo.agent_files import load_agent
+
+        return load_agent(path, networks=networks, logger=logger, counter=counter)
 
     # -- policies for evaluation and snapshots ---------------------------------------------------
     def policy_params(self) -> PolicyParams:

@@ -21,7 +21,8 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dmpo.config import AGENT_PRESETS, ConfigError, TrainConfig
+from dmpo.config import AGENT_PRESETS, ConfigError, ParsedConfigError, TrainConfig, parsing_flags
+from dmpo.flags import flag_message
 
 
 def _fail(message: str) -> None:
@@ -60,11 +61,13 @@ def train(
     """
     import contextlib
 
+    from dmpo.config import flags_parsed
     from dmpo.interrupts import exit_code, message
     from dmpo.runlock import RunLockedError, run_lock
     from dmpo.runs import check_run_path
     from dmpo.trackers import check_installed
 
+    flags_parsed()
     del preset  # `main` has already built the config from it, so that flags apply on top
     resources = {"actor_resources": actor_resources, "learner_resources": learner_resources,
                  "replay_resources": replay_resources}
@@ -87,6 +90,7 @@ def train(
                 run_dir = resume
             elif run_dir is not None:
                 check_run_path(run_dir)
+            _check_before_training(config)
             summary = _train(config, run_dir, resume=resume is not None, progress=progress,
                              ray_address=ray_address, resources=placement)
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the checkpoint is written already
@@ -101,6 +105,25 @@ def train(
           + (f", last evaluation return {last['return_mean']:.1f}" if "return_mean" in last else ""))
     if summary.get("stop_reason"):
         print(f"stopped early: {summary['stop_reason']}")
+
+
+def _check_before_training(config: TrainConfig) -> None:
+    """Warnings and checks on the final config (after --resume's flags), before anything starts."""
+    from dmpo.flags import budget_warnings
+
+    for warning in budget_warnings(config):
+        print(f"dmpo: warning: {warning}", file=sys.stderr)
+    if config.pixels or config.video_every:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
+    if config.video_every:
+        from dmpo.builder import environment_factory
+        from dmpo.envs import EnvError
+        from dmpo.videos import check_can_film
+
+        try:  # e.g. gym classic-control tasks without pygame: said now, not at the first video
+            check_can_film(environment_factory(config), config.seed)
+        except EnvError as error:
+            _fail(f"--video-every {config.video_every}: {error}")
 
 
 def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
@@ -125,7 +148,7 @@ def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress:
 # Settings that may differ on `--resume` (a longer budget, other periods, more actors); any other
 # difference from the saved config would not match the checkpoint (networks, env, agent) and is refused.
 RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors",
-                    "stop_at_return")
+                    "stop_at_return", "video_every")
 
 
 def _resume_argument(args: list[str]) -> Path | None:
@@ -311,6 +334,7 @@ def evaluate(
     seed: int = 0,
     env: str | None = None,
     best: bool = False,
+    camera: str | None = None,
 ) -> None:
     """Evaluate a policy snapshot (or a run directory's) with the policy mean.
 
@@ -321,6 +345,8 @@ def evaluate(
       video: write the first episode to this .mp4 or .gif file.
       seed: environment seed.
       env: task name (default: the one the snapshot was trained on).
+      camera: the video's camera, by name or index (default: one that follows the body where the
+        task has one: dm_control's camera 0, gymnasium MuJoCo's `track` camera).
     """
     if episodes < 1:
         _fail(f"--episodes must be a positive integer, got {episodes}")
@@ -353,7 +379,10 @@ def evaluate(
         environment = make(name, seed=seed, pixels=bool(meta.get("pixels")),
                            action_repeat=meta.get("action_repeat"), render=video is not None)
         _check_spec_matches(policy.environment_spec, environment, name)
-        result = run_evaluation(environment, policy, episodes, video_path=video)
+        from dmpo.videos import camera_render_fn, parse_camera
+
+        result = run_evaluation(environment, policy, episodes, video_path=video,
+                                render_fn=camera_render_fn(parse_camera(camera)))
     except (EnvError, OSError, ValueError, TypeError) as error:  # one line, not a traceback
         _fail(f"eval {target} on {name}: {error}")
     print(f"{name}: return {result['return_mean']:.1f} ± {result['return_std']:.1f} "
@@ -369,8 +398,13 @@ def plot(
     x: str = "actor_steps",
     y: str | None = None,
     label: str = "evaluator",
+    band: Literal["minmax", "std", "ci95"] = "minmax",
+    smooth: int = 1,
+    per_seed: bool = False,
+    title: str | None = None,
 ) -> None:
-    """Plot learning curves of one or more runs (seeds of one config are averaged, spread shaded).
+    """Plot learning curves of one or more runs: runs whose configs differ only in seed and --steps
+    are averaged, their spread shaded.
 
     Args:
       runs: run directories.
@@ -378,6 +412,10 @@ def plot(
       x: column for the x axis.
       y: column for the y axis (default: return_mean for the evaluator, episode_return otherwise).
       label: which log to read: evaluator or environment_loop.
+      band: the shaded band: min-max of the runs, mean ± std, or the 95% confidence interval of the mean.
+      smooth: average each run's last N points (trailing moving average) before anything else.
+      per_seed: also draw each run's own curve, thin.
+      title: the plot's title (default: the task(s), the y column and the log).
     """
     from dmpo.plotting import plot_runs
 
@@ -385,8 +423,11 @@ def plot(
         _fail("give at least one run directory")
     _check_output("--output", output)
     y = y or ("return_mean" if label == "evaluator" else "episode_return")
+    if smooth < 1:
+        _fail(f"--smooth must be a positive integer, got {smooth}")
     try:
-        path = plot_runs(list(runs), output, x=x, y=y, label_source=label)
+        path = plot_runs(list(runs), output, x=x, y=y, label_source=label, spread=band, smoothing=smooth,
+                         per_seed=per_seed, title=title)
     except (OSError, ValueError, KeyError) as error:  # OSError: its message names the path
         _fail(str(error))
     print(f"wrote {path}")
@@ -443,12 +484,15 @@ def main(argv: list[str] | None = None) -> None:
             train_command = functools.partial(train, config=TrainConfig(agent=AGENT_PRESETS[preset]()))
         else:
             train_command = train
-        tyro.extras.subcommand_cli_from_dict(
-            {"train": train_command, "eval": evaluate, "plot": plot, "check-env": check_env},
-            args=args,
-            description="Distributional MPO (DMPO) for continuous control.",
-        )
-    except ConfigError as error:  # tyro reports nested configs itself; the top-level one lands here
+        with parsing_flags():  # a bad value is reported below, naming its flag, not in tyro's panel
+            tyro.extras.subcommand_cli_from_dict(
+                {"train": train_command, "eval": evaluate, "plot": plot, "check-env": check_env},
+                args=args,
+                description="Distributional MPO (DMPO) for continuous control.",
+            )
+    except ParsedConfigError as error:
+        _fail(flag_message(error.error))
+    except ConfigError as error:
         _fail(str(error))
 
 

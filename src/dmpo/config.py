@@ -6,20 +6,60 @@ field and the expected value, so that a wrong setting fails before any work star
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 
 class ConfigError(ValueError):
-    """A configuration value is out of range; the message names the field."""
+    """A configuration value is out of range; the message names the field (`field`: `Class.name`)."""
+
+    def __init__(self, message: str, *, field: str | None = None, expected: str | None = None,
+                 value: object = None) -> None:
+        super().__init__(message)
+        self.field, self.expected, self.value = field, expected, value
+
+
+class ParsedConfigError(Exception):
+    """A `ConfigError` raised while `parsing_flags()` is on. Not a ValueError, so that a command-line
+    parser (tyro wraps ValueErrors in its usage panel) lets it through to `dmpo.cli`, which names the
+    flag; `.error` is the ConfigError."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_parsing_flags = contextvars.ContextVar("dmpo_parsing_flags", default=False)
+
+
+@contextlib.contextmanager
+def parsing_flags() -> Iterator[None]:
+    """Within it, configs raise `ParsedConfigError` instead of `ConfigError` (see there) until
+    `flags_parsed()` says the parser is done (the command it calls then runs with `ConfigError`s)."""
+    token = _parsing_flags.set(True)
+    try:
+        yield
+    finally:
+        _parsing_flags.reset(token)
+
+
+def flags_parsed() -> None:
+    """Configs raise `ConfigError` again (see `parsing_flags`)."""
+    _parsing_flags.set(False)
 
 
 def _check(condition: bool, field: str, expected: str, value: object) -> None:
     if not condition:
-        raise ConfigError(f"{field} must be {expected}, got {value!r}")
+        error = ConfigError(f"{field} must be {expected}, got {value!r}", field=field, expected=expected,
+                            value=value)
+        if _parsing_flags.get():
+            raise ParsedConfigError(error)
+        raise error
 
 
 def _positive_int(obj: object, *names: str) -> None:
@@ -244,6 +284,9 @@ class TrainConfig:
     at all when `agent.checkpoint` is False."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (oldest deleted first)."""
+    video_every: int = 0
+    """Environment steps between videos: the first evaluation after each multiple films one episode
+    to `<run>/videos/step_<env steps>.mp4` (`dmpo.videos`); 0 records none. Needs eval_every > 0."""
     save_replay: bool = True
     """Store the replay contents in checkpoints and restore them on resume (both modes). Without
     them a resumed run waits for `min_replay_size` fresh observations before learning again."""
@@ -267,7 +310,7 @@ class TrainConfig:
         _check(isinstance(self.env, str) and ":" in self.env, "TrainConfig.env",
                "a task name such as 'dmc:cartpole-swingup' or 'gym:Pendulum-v1'", self.env)
         _positive_int(self, "steps", "keep_checkpoints")
-        for name in ("eval_every", "eval_episodes", "checkpoint_every", "actors"):
+        for name in ("eval_every", "eval_episodes", "checkpoint_every", "actors", "video_every"):
             value = getattr(self, name)
             _check(isinstance(value, int) and value >= 0, f"TrainConfig.{name}", "an integer >= 0", value)
         if self.action_repeat is not None:
@@ -294,6 +337,9 @@ class TrainConfig:
         _check(self.eval_every == 0 or self.eval_episodes >= 1, "TrainConfig.eval_episodes",
                "a positive integer while eval_every > 0 (set eval_every=0 to turn evaluation off)",
                self.eval_episodes)
+
+        _check(self.video_every == 0 or self.eval_every > 0, "TrainConfig.video_every",
+               "0 while eval_every is 0 (videos are filmed at evaluations)", self.video_every)
 
     def resolved(self) -> TrainConfig:
         """This config with pixel defaults filled in: `--pixels` with the state networks' flatten torso

@@ -2,8 +2,9 @@
 
 Reads `<run>/logs/<label>/logs.csv` (see `dmpo.utils.logging.CSVLogger`), optionally smooths each
 run with a trailing moving average, interpolates the runs of a group onto a common x grid (where they
-all have data), and draws the mean with a min–max or ±std band. Runs are grouped by default when
-their config.json files are equal up to `seed` fields. Drawing uses matplotlib's Agg canvas directly,
+all have data), and draws the mean with a min–max, ±std or 95%-confidence band (named in the
+legend), optionally with each run's own curve. Runs are grouped by default when their config.json
+files are equal up to `seed` fields and the step budget. Drawing uses matplotlib's Agg canvas directly,
 so no display and no global pyplot state are involved.
 """
 
@@ -23,8 +24,8 @@ import numpy as np
 
 from dmpo.files import atomic_write_bytes
 
-__all__ = ["Curve", "aggregate_curves", "group_runs", "interpolate_curves", "load_curve", "plot_runs",
-           "smooth"]
+__all__ = ["BAND_NAMES", "Curve", "aggregate_curves", "group_runs", "interpolate_curves", "load_curve",
+           "plot_figure", "plot_runs", "smooth"]
 
 _STEP_PREFERENCE = ("actor_steps", "steps", "evaluator_steps", "learner_steps")
 
@@ -87,9 +88,14 @@ def _check_window(window: int) -> None:
         raise ValueError(f"smoothing window must be a positive integer, got {window!r}")
 
 
+Spread = Literal["minmax", "std", "ci95"]
+BAND_NAMES = {"minmax": "min–max", "std": "mean ± std", "ci95": "95% CI of the mean (t)"}
+"""What the shaded band of each `spread` shows, as the legend says it."""
+
+
 def _check_spread(spread: str) -> None:
-    if spread not in ("minmax", "std"):
-        raise ValueError(f"spread must be 'minmax' or 'std', got {spread!r}")
+    if spread not in BAND_NAMES:
+        raise ValueError(f"spread must be one of {sorted(BAND_NAMES)}, got {spread!r}")
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -117,11 +123,12 @@ def interpolate_curves(curves: Sequence[Curve], *, num_points: int = 200) -> tup
     return grid, np.stack([np.interp(grid, c.x, c.y) for c in curves])
 
 
-def aggregate_curves(curves: Sequence[Curve], *, num_points: int = 200,
-                     spread: Literal["minmax", "std"] = "minmax"
+def aggregate_curves(curves: Sequence[Curve], *, num_points: int = 200, spread: Spread = "minmax"
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(grid, mean, low, high) of the curves linearly interpolated onto a grid over their common x range.
 
+    The band is the min and max (`minmax`), mean ± population std (`std`), or the 95% confidence
+    interval of the mean from Student's t with n - 1 degrees of freedom and the sample std (`ci95`).
     A single curve is returned on its own x values with low == high == mean.
     """
     _check_spread(spread)
@@ -133,6 +140,12 @@ def aggregate_curves(curves: Sequence[Curve], *, num_points: int = 200,
     if spread == "std":
         std = values.std(axis=0)
         return grid, mean, mean - std, mean + std
+    if spread == "ci95":
+        from scipy import stats  # a dependency of jax
+
+        count = len(values)
+        half = stats.t.ppf(0.975, count - 1) * values.std(axis=0, ddof=1) / np.sqrt(count)
+        return grid, mean, mean - half, mean + half
     return grid, mean, values.min(axis=0), values.max(axis=0)
 
 
@@ -161,12 +174,18 @@ def _show(encoded: str | None) -> str:
     return value if isinstance(value, str) else encoded
 
 
+# Runs that differ only in these are seeds of one setting: the seed, and the budget (`--steps`; a
+# run extended with --resume, or launched with another budget, still averages with its siblings).
+_NOT_GROUPED = ("seed", "config.steps")
+
+
 def _without_seeds(flat: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in flat.items() if k.rsplit(".", 1)[-1] != "seed"}
+    return {k: v for k, v in flat.items() if k.rsplit(".", 1)[-1] != "seed" and k not in _NOT_GROUPED}
 
 
 def _default_groups(runs: Sequence[Path]) -> dict[str, list[Path]]:
-    """Runs with equal config.json (ignoring seed fields) form a group; labelled by what differs."""
+    """Runs with equal config.json (ignoring seed fields and the step budget) form a group; labelled
+    by what differs (`all runs` when nothing does)."""
     keyed: dict[str, list[Path]] = {}
     settings: dict[str, dict[str, Any]] = {}
     for run in runs:
@@ -188,7 +207,7 @@ def _default_groups(runs: Sequence[Path]) -> dict[str, list[Path]]:
             short = _short_names(differing)
             labels[key] = ", ".join(f"{short[name]}={_show(settings[key].get(name))}" for name in differing)
         else:
-            labels[key] = f"{len(members)} run{'s' if len(members) > 1 else ''}"
+            labels[key] = "all runs"
     return {labels[key]: members for key, members in keyed.items()}
 
 
@@ -212,23 +231,24 @@ def group_runs(runs: Sequence[str | os.PathLike[str]],
     return groups
 
 
-def plot_runs(
+def plot_figure(
     run_dirs: Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
     *,
     x: str = "actor_steps",
     y: str = "episode_return",
     label_source: str = "evaluator",
     group_by: str | Callable[[Path], str] | None = None,
     smoothing: int = 1,
-    spread: Literal["minmax", "std"] = "minmax",
+    spread: Spread = "minmax",
+    per_seed: bool = False,
     num_points: int = 200,
     title: str | None = None,
-) -> Path:
-    """Draws one mean curve (and spread band) per group of runs and saves it as a PNG at `output`.
+) -> Any:
+    """The matplotlib `Figure` of `plot_runs` (not saved): one mean curve per group of runs, its
+    spread shaded (the legend's title names the band), each run's own curve too with `per_seed`.
 
     All curves are loaded and checked before anything is drawn; a missing log or column raises an
-    error naming the file and the columns it has.
+    error naming the file and the columns it has. The title names the task(s) of the runs.
     """
     if not run_dirs:
         raise ValueError("plot_runs needs at least one run directory")
@@ -240,11 +260,28 @@ def plot_runs(
     x_keys = {c.x_key for cs in curves.values() for c in cs}
     if len(x_keys) > 1:
         raise ValueError(f"runs use different x columns {sorted(x_keys)}; pass x= explicitly")
-    aggregated = {}
-    for label, cs in curves.items():
-        smoothed = [Curve(c.run, c.x, smooth(c.y, smoothing), c.x_key) for c in cs]
-        aggregated[label] = (len(cs), aggregate_curves(smoothed, num_points=num_points, spread=spread))
-    return _draw(aggregated, Path(output), x_keys.pop(), y, title or f"{y} ({label_source})")
+    smoothed = {label: [Curve(c.run, c.x, smooth(c.y, smoothing), c.x_key) for c in cs]
+                for label, cs in curves.items()}
+    aggregated = {label: aggregate_curves(cs, num_points=num_points, spread=spread)
+                  for label, cs in smoothed.items()}
+    if title is None:
+        configs = [(_config_of(Path(r)) or {}).get("config", {}) for r in run_dirs]
+        tasks = sorted({str(config.get("env", "")) for config in configs} - {""})
+        title = f"{', '.join(tasks) + ': ' if tasks else ''}{y} ({label_source})"
+    y_label = y if smoothing == 1 else f"{y}, mean of the last {smoothing} points"
+    return _draw(smoothed, aggregated, x_keys.pop(), y_label, title, spread, per_seed)
+
+
+def plot_runs(run_dirs: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str],
+              **options: Any) -> Path:
+    """Draws `plot_figure(run_dirs, **options)` and saves it as a PNG at `output`."""
+    figure = plot_figure(run_dirs, **options)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(output, buffer.getvalue())
+    return output
 
 
 def _short_names(names: Sequence[str]) -> dict[str, str]:
@@ -255,28 +292,35 @@ def _short_names(names: Sequence[str]) -> dict[str, str]:
             for name, tail in zip(names, last, strict=True)}
 
 
-def _draw(aggregated: Mapping[str, tuple[int, tuple[np.ndarray, ...]]], output: Path, x_label: str,
-          y_label: str, title: str) -> Path:
+def _draw(curves: Mapping[str, Sequence[Curve]], aggregated: Mapping[str, tuple[np.ndarray, ...]],
+          x_label: str, y_label: str, title: str, spread: str, per_seed: bool) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(7.0, 4.5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for label, (count, (grid, mean, low, high)) in aggregated.items():
-        (line,) = axes.plot(grid, mean, label=f"{label} (n={count})")
+    banded = False
+    for label, (grid, mean, low, high) in aggregated.items():
+        runs = curves[label]
+        count = len(runs)
+        name = f"{label}: mean of {count} runs" if count > 1 else f"{label}: {runs[0].run.name}"
+        (line,) = axes.plot(grid, mean, label=name, linewidth=2.0 if per_seed else 1.5)
         if count > 1:
             axes.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+            banded = True
+        if per_seed and count > 1:
+            for curve in runs:
+                axes.plot(curve.x, curve.y, color=line.get_color(), linewidth=0.7, alpha=0.5)
     axes.set_xlabel(x_label)
     axes.set_ylabel(y_label)
     axes.set_title(title)
     axes.grid(alpha=0.3)
     # Below the axes, wrapped: labels that list several differing settings would squeeze the plot.
     handles, labels = axes.get_legend_handles_labels()
+    legend_title = f"shaded: {BAND_NAMES[spread]} over runs" if banded else None
+    if per_seed and banded:
+        legend_title += "; thin lines: single runs"
     figure.legend(handles, [textwrap.fill(label, 90) for label in labels], loc="outside lower center",
-                  fontsize="small")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(output, buffer.getvalue())
-    return output
+                  fontsize="small", title=legend_title, title_fontsize="small")
+    return figure

@@ -79,10 +79,12 @@ def _drive(program: DistributedProgram, progress: bool,
 
     status, reason = "failed", None
     interrupt: KeyboardInterrupt | None = None
+    # As in one process: the live line only with `progress`, evaluation lines always.
+    bar = Progress(program.config.steps, live=progress)
+    shown = _Shown()
     try:
         program.start()
-        with Progress(program.config.steps, enabled=progress, description="distributed") as bar:
-            shown = [0]
+        with bar:
             while not program.poll():
                 _show(program, bar, shown)
                 if on_poll is not None:
@@ -100,18 +102,35 @@ def _drive(program: DistributedProgram, progress: bool,
         result = program.stop(status, reason)
         if interrupt is not None:
             annotate(interrupt, int(result.counts.get("actor_steps", 0)), program.run_dir)
+    # The final evaluation round runs while the program stops.
+    _show_rounds(program, bar, shown, [value for _, value in result.evaluator_returns][shown.episodes:])
     return result
 
 
-def _show(program: DistributedProgram, bar: Any, shown: list[int]) -> None:
-    """Updates the progress line; `shown[0]` is how many evaluation episodes were shown already."""
-    if not bar.active:
-        return
+class _Shown:
+    """How many evaluation episodes and rounds the driver has printed."""
+
+    def __init__(self) -> None:
+        self.episodes = 0
+        self.rounds = 0
+
+
+def _show_rounds(program: DistributedProgram, bar: Any, shown: _Shown, returns: list[float]) -> None:
+    """Prints each complete round of `eval_episodes` returns as one evaluation line."""
+    per_round = max(program.config.eval_episodes, 1)
+    while len(returns) >= per_round:
+        steps = program.evaluation_steps
+        bar.evaluation(steps[shown.rounds] if shown.rounds < len(steps) else None, returns[:per_round])
+        shown.rounds += 1
+        shown.episodes += per_round
+        returns = returns[per_round:]
+
+
+def _show(program: DistributedProgram, bar: Any, shown: _Shown) -> None:
+    """Updates the status line from the shared counts and prints finished evaluation rounds."""
     counts = program.counts
-    latest = program.latest_evaluation()
-    new_return = None
-    if latest is not None and latest[0] > shown[0]:
-        shown[0] = latest[0]
-        new_return = latest[2]
+    returns = program.evaluation_returns_since(shown.episodes)
+    if returns:
+        _show_rounds(program, bar, shown, returns)
     bar.update(env_steps=int(counts.get("actor_steps", 0)), episodes=int(counts.get("actor_episodes", 0)),
-               learner_steps=int(counts.get("learner_steps", 0)), last_return=new_return)
+               learner_steps=int(counts.get("learner_steps", 0)))

@@ -43,6 +43,7 @@ class DriverEvents:
         self._reported_save: Any = None
         self._tracker: Any = None
         self._follower: Any = None
+        self._videos_sent: set[str] = set()
 
     @property
     def stop_requested(self) -> bool:
@@ -58,6 +59,7 @@ class DriverEvents:
 
         self._tracker = open_tracker(self.config, run)
         self._follower = CSVFollower(self.run_dir) if self._tracker is not None else None
+        self._videos_sent = {path.name for path in (self.run_dir / "videos").glob("step_*.mp4")}  # resumed
         self.callbacks.on_train_start()
 
     def poll(self, save_ref: Any) -> None:
@@ -98,6 +100,14 @@ class DriverEvents:
         if self._follower is not None:
             for label, row in self._follower.new_rows():
                 self._tracker.log_row(label, row)
+            self._forward_videos()
+
+    def _forward_videos(self) -> None:
+        """Videos the evaluator node filmed (`videos/step_<N>.mp4`, which appear only once complete)."""
+        for path in sorted((self.run_dir / "videos").glob("step_*.mp4")):
+            if path.name not in self._videos_sent:
+                self._videos_sent.add(path.name)
+                self._tracker.log_video(path, "evaluator", int(path.stem.partition("_")[2]))
 
     def finish(self, status: str, save_ref: Any, saved: str | None) -> None:
         """After the evaluations ended: the last checkpoint asked for (a finished run), the last rows."""

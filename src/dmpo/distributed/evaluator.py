@@ -37,7 +37,8 @@ class EvaluatorNode:
     """See the module docstring."""
 
     def __init__(self, settings: NodeSettings, seed: int, learner: Any, counter_service: Any, *,
-                 episodes_per_round: int = 1, period_seconds: float | None = None) -> None:
+                 episodes_per_round: int = 1, period_seconds: float | None = None,
+                 video_every: int = 0) -> None:
         if not isinstance(episodes_per_round, int) or episodes_per_round < 1:
             raise ValueError(f"episodes_per_round must be a positive integer, got {episodes_per_round!r}")
         if period_seconds is not None and not period_seconds >= 0:
@@ -48,12 +49,16 @@ class EvaluatorNode:
         self._wake = threading.Condition()
         self._pending = 0  # rounds asked for and not started
         self._started_requests = 0  # rounds asked for and started
+        self._round: int | None = None  # env steps of the round running now (None: a periodic one)
         self._finishing = False
         self._requests_expected: int | None = None
         self._settings, self._seed = settings, seed
         # Periodic blocking refreshes only: the period is never reached by the step count.
         self._variables = AsyncVariableClient(learner.get_variables.remote, update_period=2**62)
         self._actor = settings.builder.make_evaluation_actor(self._variables, seed=seed)
+        self._round_steps: list[int | None] = []  # env steps of the rounds asked for, not started
+        self._video_every = video_every  # TrainConfig.video_every; 0: no videos
+        self._next_video = video_every or None
         self._counter = make_child_counter(counter_service, "evaluator", settings.counter_time_delta)
         self._logger = make_node_logger("evaluator", settings.run_dir, time_delta=0.0)
         self.returns: list[tuple[int, float]] = []  # (learner variable version, episode return)
@@ -96,10 +101,11 @@ class EvaluatorNode:
         return str(save_policy(Path(path), builder.environment_spec, builder.config.networks, params,
                                metadata=metadata))
 
-    def request(self) -> None:
-        """Asks for one more evaluation round."""
+    def request(self, env_steps: int | None = None) -> None:
+        """Asks for one more evaluation round (at `env_steps`: names and schedules its video)."""
         with self._wake:
             self._pending += 1
+            self._round_steps.append(env_steps)
             self._wake.notify_all()
 
     def finish(self, requests: int | None = None) -> None:
@@ -118,6 +124,7 @@ class EvaluatorNode:
                 if self._pending:
                     self._pending -= 1
                     self._started_requests += 1
+                    self._round = self._round_steps.pop(0) if self._round_steps else None
                     return True
                 expected = self._requests_expected
                 if self._finishing and (expected is None or self._started_requests >= expected):
@@ -126,6 +133,7 @@ class EvaluatorNode:
                 if self._period is not None:
                     due = (last_start or 0.0) + self._period - time.monotonic()
                     if last_start is None or due <= 0:
+                        self._round = None
                         return True
                     wait = min(wait, due)
                 self._wake.wait(wait)
@@ -141,10 +149,29 @@ class EvaluatorNode:
                 started = time.monotonic()
                 self._evaluate_round(environment)
                 self.rounds += 1
+                self._film_if_due(self._round)
         finally:
             self._counter.sync()
             self._logger.close()
         return self.returns
+
+    def _film_if_due(self, env_steps: int | None) -> None:
+        """One more episode of the evaluation policy, filmed (`dmpo.videos`), at each video boundary."""
+        if self._next_video is None or env_steps is None or env_steps < self._next_video:
+            return
+        from dmpo.builder import next_boundary
+        from dmpo.runners.environment_loop import evaluate
+        from dmpo.videos import camera_render_fn, rendering_factory, video_path
+
+        self._next_video = next_boundary(env_steps, self._video_every)
+        environment = rendering_factory(self._settings.env_factory)(self._seed + self.rounds)
+        try:
+            evaluate(environment, self._actor.select_action, 1,
+                     video_path=video_path(self._settings.run_dir, env_steps), render_fn=camera_render_fn())
+        finally:
+            close = getattr(environment, "close", None)
+            if close is not None:
+                close()
 
     def stop(self) -> None:
         self._stop.set()
@@ -153,6 +180,10 @@ class EvaluatorNode:
 
     def ping(self) -> int:
         return len(self.returns)
+
+    def returns_since(self, start: int) -> list[float]:
+        """The returns of the episodes after the first `start` (for the driver's evaluation lines)."""
+        return [value for _, value in self.returns[start:]]
 
     def latest(self) -> tuple[int, int, float] | None:
         """`(episodes evaluated so far, learner step of the weights, return)` of the newest episode."""

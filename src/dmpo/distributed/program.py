@@ -140,6 +140,7 @@ class DistributedProgram:
         self.evaluations = 0
         self._last_eval_step: int | None = None
         self.events = DriverEvents(self.run_dir, config, resume=resume, callbacks=callbacks)
+        self.evaluation_steps: list[int] = []  # env steps of the rounds asked for, in order
         # Checked here, before any cluster starts: the run directory and the environment.
         self._latest_checkpoint = self._check_run_directory()
         probe = self.env_factory(self.seed)
@@ -261,7 +262,8 @@ class DistributedProgram:
         self.evaluator = make_evaluator_node(
             self._settings, node_seed(self.seed, _ROLE_EVALUATOR, 0, self._evaluator_generation),
             self.learner, self.counter, episodes_per_round=max(self.config.eval_episodes, 1),
-            period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources)
+            period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources,
+            video_every=self.config.video_every)
         self._evaluator_ref = self.evaluator.run.remote()
         self._rows.reset(self.evaluator)
         self._requests_sent = 0  # to this evaluator node
@@ -309,7 +311,8 @@ class DistributedProgram:
         if self.evaluator is not None:
             self.evaluations += 1
             self._last_eval_step = steps
-            self.evaluator.request.remote()
+            self.evaluation_steps.append(steps)
+            self.evaluator.request.remote(steps)
             self._requests_sent += 1
 
     def _learner_finished(self) -> bool:
@@ -392,6 +395,14 @@ class DistributedProgram:
         if wait:
             get_quietly(self._snapshot_ref, self.options.stop_timeout_seconds)
             self._snapshot_ref = None
+    def evaluation_returns_since(self, start: int) -> list[float] | None:
+        """The evaluator's returns after its first `start` episodes (None when it cannot answer now)."""
+        if self.evaluator is None or self._evaluator_ref is None:
+            return None
+        try:
+            return ray.get(self.evaluator.returns_since.remote(start), timeout=5.0)
+        except Exception:
+            return None
 
     def latest_evaluation(self) -> tuple[int, int, float] | None:
         """The evaluator's `(episodes so far, learner step, return)`, or None (never waits long)."""

@@ -131,7 +131,8 @@ class GymnasiumEnvironment(dm_env.Environment):
         try:
             frame = self._gym_env.render()
         except gymnasium.error.DependencyNotInstalled as error:
-            raise EnvError(f"cannot render {self._gym_env.spec.id}: {error}") from None
+            extra = ("; with dmpo: pip install 'dmpo[classic-control]'" if "pygame" in str(error) else "")
+            raise EnvError(f"cannot render {self._gym_env.spec.id}: {error}{extra}") from None
         return np.asarray(frame, dtype=np.uint8)
 
     def close(self) -> None:
@@ -148,6 +149,9 @@ def load(env_id: str, seed: int | None = None, render: bool = False) -> Gymnasiu
             f"unknown gymnasium id {env_id!r}: check gymnasium's registry "
             f"(gymnasium.pprint_registry()) for a continuous-control id such as 'Pendulum-v1'{hint}"
         )
+    from dmpo.utils.quiet import quiet_mujoco_warnings
+
+    quiet_mujoco_warnings()  # gymnasium's HalfCheetah model warns of a deprecated attribute on every load
     try:
         gym_env = gymnasium.make(env_id, render_mode="rgb_array") if render else gymnasium.make(env_id)
     except gymnasium.error.DependencyNotInstalled as error:

@@ -167,10 +167,11 @@ class TaskFactory:
     """A picklable `EnvironmentFactory` for one task name and its options (Ray nodes build with it)."""
 
     def __init__(self, name: str, *, pixels: bool = False, action_repeat: int | None = None,
-                 frame_stack: int = 3, image_size: int = 84, camera_id: int = 0) -> None:
+                 frame_stack: int = 3, image_size: int = 84, camera_id: int = 0,
+                 render: bool = False) -> None:
         self.name = name
         self.options = dict(pixels=pixels, action_repeat=action_repeat, frame_stack=frame_stack,
-                            image_size=image_size, camera_id=camera_id)
+                            image_size=image_size, camera_id=camera_id, render=render)
         if entry_points.is_entry_point(name) or name.count(":") > 1:  # user code: import it from here
             self.options["search_path"] = os.getcwd()
 

@@ -235,6 +235,10 @@ class _VideoWriter:
         if self._writer is None:
             import imageio.v2 as imageio
 
+            from dmpo.utils.quiet import no_ffmpeg_fork_handlers
+
+            no_ffmpeg_fork_handlers()  # else JAX warns of an os.fork() when ffmpeg starts
+
             self._path.parent.mkdir(parents=True, exist_ok=True)
             self._shape = frame.shape
             if self._path.suffix.lower() == ".gif":
@@ -256,6 +260,8 @@ class _VideoWriter:
         if self._writer is not None:
             try:
                 self._writer.close()
+            except Exception:  # noqa: S110 - ffmpeg may be gone already (Ctrl-C); the file is dropped anyway
+                pass
             finally:
                 self._tmp.unlink(missing_ok=True)
 

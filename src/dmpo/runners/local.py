@@ -48,6 +48,7 @@ from dmpo.types import EnvironmentSpec, make_environment_spec
 from dmpo.utils.counting import Counter
 from dmpo.utils.logging import make_logger
 from dmpo.utils.progress import Progress
+from dmpo.videos import camera_render_fn, rendering_factory, video_path
 
 _EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
 
@@ -68,6 +69,7 @@ class LocalTrainer:
         self.env_factory = env_factory or environment_factory(config)
         self.progress_enabled = progress and not quiet
         self._quiet = quiet
+        self._progress: Progress | None = None
         probe = self.env_factory(config.seed)
         self.spec: EnvironmentSpec = make_environment_spec(probe)
         close = getattr(probe, "close", None)
@@ -88,11 +90,13 @@ class LocalTrainer:
                                       default_callbacks(config, callbacks))
         self.tracker = open_tracker(config, run)
         sinks = (lambda label: [self.tracker.sink(label)]) if self.tracker else (lambda label: [])
+        # The terminal shows `Progress`'s status line and short evaluation lines; the full rows go to
+        # the CSV and TensorBoard logs (and the tracker) only.
         self.loop_logger = make_logger("environment_loop", path, time_delta=0.0,
-                                       terminal=not progress and not quiet, step_key="actor_steps",
+                                       terminal=False, step_key="actor_steps",
                                        resume_from_step=resumed.get("env_steps"),
                                        extra_sinks=sinks("environment_loop"))
-        self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=not quiet,
+        self.eval_logger = make_logger("evaluator", path, time_delta=0.0, terminal=False,
                                        step_key="actor_steps", resume_from_step=resumed.get("env_steps"),
                                        extra_sinks=sinks("evaluator"))
         self.learner_logger = make_logger("learner", path, time_delta=1.0, terminal=False,
@@ -111,6 +115,7 @@ class LocalTrainer:
         self._last_eval_step = -1
         self.next_checkpoint = (config.checkpoint_every or None) if self.checkpoints is not None else None
         self.next_eval = config.eval_every or None
+        self.next_video = config.video_every or None
         if resume:
             try:
                 self._restore()
@@ -176,6 +181,8 @@ class LocalTrainer:
             self.next_checkpoint = next_boundary(state.env_steps, self.config.checkpoint_every)
         if self.config.eval_every:
             self.next_eval = next_boundary(state.env_steps, self.config.eval_every)
+        if self.config.video_every:
+            self.next_video = next_boundary(state.env_steps, self.config.video_every)
         self.run_dir.mark_resumed()
 
     # -- evaluation and snapshots ---------------------------------------------------------------
@@ -184,19 +191,39 @@ class LocalTrainer:
         with self.agent.pause():
             params = jax.device_put(self.agent.learner.policy_params())
         mean_fn = self._mean_fn
-        env = self.env_factory(segment_seed(self.config.seed + _EVAL_SEED_OFFSET, self.evaluations))
-        result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
+        seed = segment_seed(self.config.seed + _EVAL_SEED_OFFSET, self.evaluations)
+        video = self._video_due()
+        if video is None:
+            env = self.env_factory(seed)
+            result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
+        else:  # the same episodes, filmed from an environment made able to render (`dmpo.videos`)
+            env = rendering_factory(self.env_factory)(seed)
+            result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes,
+                              video_path=video, render_fn=camera_render_fn())
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
         self.evaluations += 1
         eval_steps = int(round(result["length_mean"] * self.config.eval_episodes))
         counts = self.eval_counter.increment(episodes=self.config.eval_episodes, steps=eval_steps)
         row = {**{k: v for k, v in result.items() if np.isscalar(v)}, **self.counter.get_counts(), **counts}
         self.eval_logger.write(row)
+        if video is not None and self.tracker is not None and video.is_file():
+            self.tracker.log_video(video, "evaluator", self.env_steps())
+        if self._progress is not None:
+            self._progress.evaluation(self.env_steps(), list(result["episode_returns"]))
         self.save_snapshot()
         self.last_eval = row
         self.callbacks.on_evaluation(row, write_policy=lambda path: self._write_policy(path, params))
         self._last_eval_step = self.env_steps()
         self._last_checkpoint_step = None  # the evaluation counts changed since the last checkpoint
         return row
+
+    def _video_due(self) -> Path | None:
+        if self.next_video is None or self.env_steps() < self.next_video:
+            return None
+        self.next_video = next_boundary(self.env_steps(), self.config.video_every)
+        return video_path(self.run_dir.path, self.env_steps())
 
     @functools.cached_property
     def _mean_fn(self) -> Any:
@@ -223,7 +250,7 @@ class LocalTrainer:
     def run(self) -> dict[str, Any]:
         config = self.config
         events = self.callbacks.run
-        with Progress(config.steps, enabled=self.progress_enabled) as progress:
+        with Progress(config.steps, enabled=not self._quiet, live=self.progress_enabled) as progress:
             self._progress = progress
             try:
                 self.callbacks.on_train_start()

@@ -1,23 +1,32 @@
-"""A live progress line for training: env steps of a total, episodes, returns, learner speed, ETA.
+"""What training shows on the terminal: one live status line, with evaluation results printed above it.
 
-Built on `rich.progress`. It only draws on an interactive terminal (or when forced), so a run whose
-output goes to a file or a pipe is unaffected; the statistics are tracked either way and can be read
-with `summary()`.
+The status line (`status_line(width)`) always shows the environment steps of the total and the ETA;
+episode return, evaluation return, learner updates per second and episodes follow in that order, and
+are dropped from the right when the terminal is too narrow for them. It is drawn with `rich.live`
+(which also keeps anything else printed meanwhile above the line) only on an interactive terminal.
+
+Evaluation results are one short line each (`eval @ 40,000: 812.3 ± 11.2 over 5 episodes`), printed
+above the live line on a terminal and as plain lines when output goes to a file or a pipe. Off a
+terminal the status line is also printed as a plain line at every tenth of the budget, so that a
+log file shows how far a run got; the full metric rows stay in the CSV and TensorBoard logs.
 """
 
 from __future__ import annotations
 
 import collections
 import sys
+import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "format_evaluation"]
 
 _RETURN_WINDOW = 10  # episodes in the running mean of returns
 _RATE_WINDOW_SEC = 10.0  # seconds of history behind the learner-steps rate
+_PLAIN_WIDTH = 120  # width of the status lines printed off a terminal
+_PLAIN_REPORTS = 10  # status lines printed off a terminal over a whole run
 
 
 def _stdout_is_tty() -> bool:
@@ -28,15 +37,33 @@ def _stdout_is_tty() -> bool:
         return False
 
 
+def _duration(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "-:--:--"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def format_evaluation(env_steps: int | None, returns: list[float]) -> str:
+    """`eval @ 40,000: 812.3 ± 11.2 over 5 episodes` (population std of the episode returns)."""
+    count = len(returns)
+    mean = sum(returns) / count
+    std = (sum((r - mean) ** 2 for r in returns) / count) ** 0.5
+    where = f" @ {env_steps:,}" if env_steps is not None else ""
+    return f"eval{where}: {mean:.1f} ± {std:.1f} over {count} episode{'s' if count != 1 else ''}"
+
+
 class Progress:
     """Context manager showing training progress; `update()` takes running totals.
 
     Args:
       total_steps: environment steps the run aims for (None: unknown, no ETA).
-      enabled: False never draws anything.
-      force: draw even when stdout is not a terminal.
+      enabled: False shows nothing at all (statistics are still tracked).
+      live: False never draws the live line (evaluation and plain status lines are still printed).
+      force: draw the live line even when stdout is not a terminal.
       console: rich Console to draw on (default: a new one on stdout).
-      clock: time source for the learner-steps rate (injectable for tests).
+      clock: time source for rates and the ETA (injectable for tests).
+      print_fn: where lines go off a terminal (default: `print(..., flush=True)`).
     """
 
     def __init__(
@@ -44,43 +71,44 @@ class Progress:
         total_steps: int | None,
         *,
         enabled: bool = True,
+        live: bool = True,
         force: bool = False,
-        description: str = "training",
+        description: str = "train",
         console: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        print_fn: Callable[[str], None] | None = None,
     ) -> None:
         if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int)
                                         or total_steps <= 0):
             raise ValueError(f"Progress total_steps must be a positive integer or None, got {total_steps!r}")
         self.total_steps = total_steps
-        self.active = enabled and (force or _stdout_is_tty())
+        self.enabled = enabled
+        self.active = enabled and live and (force or _stdout_is_tty())
+        self._lock = threading.Lock()  # the live line is drawn on rich's refresh thread
         self._description = description
         self._console = console
         self._clock = clock
+        self._print = print_fn or (lambda line: print(line, flush=True))
         self._env_steps = 0
         self._episodes = 0
         self._learner_steps = 0
         self._last_return: float | None = None
+        self._eval_return: float | None = None
         self._returns: collections.deque[float] = collections.deque(maxlen=_RETURN_WINDOW)
         self._learner_history: collections.deque[tuple[float, int]] = collections.deque()
-        self._bar: Any = None
-        self._task: Any = None
+        self._start: tuple[float, int] | None = None  # (time, env steps) of the first update
+        self._next_plain_report = 0
+        self._live: Any = None
 
     def __enter__(self) -> Progress:
         if self.active:
-            from rich import progress as rp
+            from rich.console import Console
+            from rich.live import Live
 
-            self._bar = rp.Progress(
-                rp.TextColumn("[bold]{task.description}"),
-                rp.BarColumn(),
-                rp.MofNCompleteColumn(),
-                rp.TextColumn("{task.fields[stats]}"),
-                rp.TimeRemainingColumn(),
-                console=self._console,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task(self._description, total=self.total_steps,
-                                            stats=self._stats_text())
+            console = self._console or Console(highlight=False)
+            self._live = Live(self, console=console, refresh_per_second=4, transient=False,
+                              redirect_stdout=True, redirect_stderr=True)
+            self._live.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -88,9 +116,15 @@ class Progress:
         self.close()
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
+        if self._live is not None:
+            self._live.refresh()
+            self._live.stop()
+            self._live = None
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        yield Text(self.status_line(options.max_width), no_wrap=True, overflow="crop")
 
     def update(
         self,
@@ -101,8 +135,17 @@ class Progress:
         learner_steps: int | None = None,
     ) -> None:
         """Records new totals (env steps, episodes, learner steps) and/or a finished episode's return."""
+        with self._lock:
+            self._record(env_steps, episodes, last_return, learner_steps)
+        self._plain_report()
+
+    def _record(self, env_steps: int | None, episodes: int | None, last_return: float | None,
+                learner_steps: int | None) -> None:
+        now = self._clock()
         if env_steps is not None:
             self._env_steps = int(env_steps)
+            if self._start is None:
+                self._start = (now, self._env_steps)
         if episodes is not None:
             self._episodes = int(episodes)
         if last_return is not None:
@@ -110,12 +153,36 @@ class Progress:
             self._returns.append(self._last_return)
         if learner_steps is not None:
             self._learner_steps = int(learner_steps)
-            now = self._clock()
             self._learner_history.append((now, self._learner_steps))
             while len(self._learner_history) > 2 and now - self._learner_history[1][0] >= _RATE_WINDOW_SEC:
                 self._learner_history.popleft()
-        if self._bar is not None:
-            self._bar.update(self._task, completed=self._env_steps, stats=self._stats_text())
+
+    def evaluation(self, env_steps: int | None, returns: list[float]) -> None:
+        """Prints one evaluation round's result above the status line (or as a plain line)."""
+        if not returns:
+            return
+        with self._lock:
+            self._eval_return = sum(returns) / len(returns)
+        if self.enabled:
+            self.print(format_evaluation(env_steps, returns))
+
+    def print(self, line: str) -> None:
+        """A line above the live status line (or a plain line off a terminal)."""
+        if not self.enabled:
+            return
+        if self._live is not None:
+            self._live.console.print(line, highlight=False, markup=False, soft_wrap=True)
+        else:
+            self._print(line)
+
+    def _plain_report(self) -> None:
+        if not self.enabled or self.active or self.total_steps is None:
+            return
+        if self._env_steps >= self._next_plain_report:
+            if self._env_steps > 0:
+                self._print(self.status_line(_PLAIN_WIDTH))
+            period = max(self.total_steps // _PLAIN_REPORTS, 1)
+            self._next_plain_report = (self._env_steps // period + 1) * period
 
     def learner_steps_per_second(self) -> float | None:
         """Learner steps per second over roughly the last 10 s of updates (None before two samples)."""
@@ -124,24 +191,58 @@ class Progress:
         (t0, s0), (t1, s1) = self._learner_history[0], self._learner_history[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 else None
 
+    def eta_seconds(self) -> float | None:
+        """Seconds to `total_steps` at the env-step rate seen since the first update (None: unknown)."""
+        if self.total_steps is None or self._start is None:
+            return None
+        if self._env_steps >= self.total_steps:
+            return 0.0
+        t0, s0 = self._start
+        elapsed, done = self._clock() - t0, self._env_steps - s0
+        if done <= 0 or elapsed <= 0:
+            return None
+        return (self.total_steps - self._env_steps) * elapsed / done
+
     def summary(self) -> dict[str, float | int | None]:
-        """The statistics shown on the progress line."""
+        """The statistics shown on the status line."""
         return {
             "env_steps": self._env_steps,
             "episodes": self._episodes,
             "last_return": self._last_return,
             "mean_return": sum(self._returns) / len(self._returns) if self._returns else None,
+            "eval_return": self._eval_return,
             "learner_steps": self._learner_steps,
             "learner_steps_per_second": self.learner_steps_per_second(),
         }
 
-    def _stats_text(self) -> str:
+    def status_line(self, width: int) -> str:
+        """The status line fitted to `width` columns: steps and ETA always, then as many of return,
+        evaluation return, updates/s and episodes as fit, in that order."""
+        with self._lock:
+            return self._fit(width)
+
+    def _fit(self, width: int) -> str:
         stats = self.summary()
-        parts = [f"episodes {stats['episodes']}"]
+        if self.total_steps is not None:
+            percent = min(100, 100 * self._env_steps // self.total_steps)
+            steps = f"{self._env_steps:,}/{self.total_steps:,} steps {percent}%"
+        else:
+            steps = f"{self._env_steps:,} steps"
+        head = f"{self._description} {steps} ETA {_duration(self.eta_seconds())}"
+        optional = []
         if stats["last_return"] is not None:
-            window = len(self._returns)
-            parts.append(f"return {stats['last_return']:.1f} (mean{window} {stats['mean_return']:.1f})")
-        parts.append(f"learner {stats['learner_steps']}")
+            optional.append(f"return {stats['last_return']:.1f} (mean{len(self._returns)} "
+                            f"{stats['mean_return']:.1f})")
+        if stats["eval_return"] is not None:
+            optional.append(f"eval {stats['eval_return']:.1f}")
         if stats["learner_steps_per_second"] is not None:
-            parts.append(f"{stats['learner_steps_per_second']:.1f} upd/s")
-        return " | ".join(parts)
+            optional.append(f"{stats['learner_steps_per_second']:.1f} upd/s")
+        optional.append(f"episodes {stats['episodes']}")
+        line = head
+        for part in optional:
+            if len(line) + 3 + len(part) > width:
+                break
+            line = f"{line} | {part}"
+        if len(line) > width:  # narrower than steps and ETA: the description goes first
+            line = line.removeprefix(f"{self._description} ")
+        return line

@@ -1,0 +1,96 @@
+"""`DMPO.save(path)` / `DMPO.load(path)`: a single-process agent written to a folder and read back.
+
+    <path>/
+        agent.json        format, seed, environment spec, the agent's and the actor's counts
+        config.json       the DMPOConfig (dmpo.runs.save_config)
+        learner/          the whole TrainingState (dmpo.checkpointing: checksummed, no pickle)
+        replay.npz        replay contents and sampler state (only with replay=True)
+
+A loaded agent continues exactly where the saved one stood: the same next action (the actor's
+randomness is `fold_in(seed key, action count)`) and, with the replay saved, the same next update.
+Save between episodes: the n-step adder's pending steps of an unfinished episode are not kept. Custom
+networks (`DMPO(networks=...)`) are not saved; pass the same ones to `load`. The folder is written
+under a temporary name and renamed into place when complete, and an existing folder is never replaced.
+The training runs of `dmpo train` keep their own checkpoints (`dmpo.runners.checkpoints`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dmpo.checkpointing import Checkpointer
+from dmpo.config import DMPOConfig
+from dmpo.files import fsync_directory
+from dmpo.runs import load_config, save_config
+from dmpo.snapshot import environment_spec_from_dict, environment_spec_to_dict
+
+if TYPE_CHECKING:
+    from dmpo.agent import DMPO
+    from dmpo.networks import DMPONetworks
+
+__all__ = ["load_agent", "save_agent"]
+
+_FORMAT = 1
+
+
+def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = False) -> Path:
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; DMPO.save writes a new folder and never replaces one")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        with agent.pause():
+            learner_state = agent.learner.save_state()
+            if replay:
+                agent.table.save(temp / "replay.npz")
+            record = {
+                "format": _FORMAT, "seed": agent.seed, "overlap_learner": agent.overlap_learner,
+                "environment_spec": environment_spec_to_dict(agent.builder.environment_spec),
+                "num_observations": agent.num_observations, "learning_starts": agent.learning_starts,
+                "pending_sgd_steps": agent.pending_sgd_steps, "num_actions": agent.actor.num_actions,
+                "replay": replay,
+            }
+        Checkpointer(temp / "learner", max_to_keep=1).save(int(learner_state.steps), learner_state)
+        save_config(temp / "config.json", agent.config)
+        (temp / "agent.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        fsync_directory(temp)
+        os.rename(temp, path)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return path
+
+
+def load_agent(path: str | os.PathLike[str], *, networks: DMPONetworks | None = None, logger: Any = None,
+               counter: Any = None) -> DMPO:
+    from dmpo.agent import DMPO
+
+    path = Path(path)
+    record_file = path / "agent.json"
+    if not record_file.is_file():
+        raise FileNotFoundError(f"{path} is not a saved agent (no agent.json); save one with DMPO.save(path)")
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    if record.get("format") != _FORMAT:
+        raise ValueError(f"{record_file}: format {record.get('format')!r}, this dmpo reads format {_FORMAT}")
+    config = load_config(path / "config.json", DMPOConfig)
+    agent = DMPO(environment_spec_from_dict(record["environment_spec"]), config, networks=networks,
+                 seed=record["seed"], logger=logger, counter=counter,
+                 overlap_learner=record["overlap_learner"])
+    state, _ = Checkpointer(path / "learner").restore(agent.learner.save_state())
+    agent.learner.restore_state(state)
+    agent.num_observations = record["num_observations"]
+    agent.learning_starts = record["learning_starts"]
+    agent.pending_sgd_steps = record["pending_sgd_steps"]
+    if record["replay"]:
+        agent.table.load(path / "replay.npz")
+    else:
+        agent.restart_learning()  # an empty table: learn again after min_observations new steps
+    agent.actor.num_actions = record["num_actions"]
+    agent.actor.update(wait=True)
+    return agent

@@ -1,0 +1,66 @@
+"""What `dmpo train` says about its flags: a config error in the words of the flag the user typed,
+and the warnings about a budget or batch that cannot work, before anything is built.
+
+`ConfigError.field` names a dataclass field (`DMPOConfig.batch_size`); `flag_message` turns it into
+the flag that sets it (`--agent.batch-size`), by walking `TrainConfig`'s nested dataclasses, the same
+tree tyro builds the flags from (`--agent.learner.discount`: `TrainConfig.agent.learner.discount`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import typing
+
+from dmpo.config import ConfigError, TrainConfig
+
+__all__ = ["budget_warnings", "flag_message", "flag_of"]
+
+
+@functools.cache
+def _prefixes() -> dict[str, str]:
+    """{dataclass name: its dotted path under TrainConfig} (`DMPOConfig` → `agent.`)."""
+    found = {TrainConfig.__name__: ""}
+    pending: list[tuple[type, str]] = [(TrainConfig, "")]
+    while pending:
+        cls, prefix = pending.pop()
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            kind = hints[field.name]
+            if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+                found.setdefault(kind.__name__, f"{prefix}{field.name}.")
+                pending.append((kind, f"{prefix}{field.name}."))
+    return found
+
+
+def flag_of(field: str) -> str | None:
+    """`DMPOConfig.batch_size` → `--agent.batch-size` (None for a class outside TrainConfig)."""
+    owner, _, name = field.partition(".")
+    prefix = _prefixes().get(owner)
+    return None if prefix is None or not name else "--" + f"{prefix}{name}".replace("_", "-")
+
+
+def flag_message(error: ConfigError) -> str:
+    """The error in terms of its flag: `--agent.batch-size must be a positive integer, got 0`."""
+    flag = flag_of(error.field) if error.field else None
+    if flag is None or error.expected is None:
+        return str(error)
+    owner = error.field.partition(".")[0]
+    # Other fields named in the expectation (`<= max_replay_size (256)`) are named as flags too.
+    expected = re.sub(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b(?:vmin|vmax)\b",
+                      lambda match: flag_of(f"{owner}.{match.group(0)}") or match.group(0), error.expected)
+    return f"{flag} must be {expected}, got {error.value!r}"
+
+
+def budget_warnings(config: TrainConfig) -> list[str]:
+    """Settings that run but cannot learn: a budget that ends before the first update."""
+    agent = config.agent
+    needed = agent.min_observations
+    if config.steps <= needed:
+        by_batch = agent.batch_size >= agent.min_replay_size
+        which = "--agent.batch-size" if by_batch else "--agent.min-replay-size"
+        return [f"--steps {config.steps:,} ends before the agent's first update, which waits for "
+                f"{needed:,} observations ({which} {needed:,}): this run will not learn; raise --steps "
+                f"or lower {which}"]
+    return []
