@@ -1,9 +1,10 @@
-"""The `dmpo` command: `train`, `eval` and `plot`.
+"""The `dmpo` command: `train`, `eval`, `plot` and `export`.
 
     dmpo train --env dmc:cartpole-swingup --steps 100000 --seed 0
     dmpo train --resume runs/20261202-120000 --steps 200000   (extend a run)
     dmpo eval runs/20261202-120000 --episodes 10 --video cartpole.mp4
     dmpo plot runs/a runs/b -o curves.png
+    dmpo export runs/20261202-120000 --format onnx -o policy.onnx
 
 Every option of `train` comes from `dmpo.config.TrainConfig` (nested: `--agent.batch-size`,
 `--agent.learner.discount`, ...); `dmpo train --help` lists them with their defaults.
@@ -296,6 +297,29 @@ def plot(
     print(f"wrote {path}")
 
 
+def export(
+    target: tyro.conf.Positional[Path],
+    format: Literal["onnx", "stablehlo"],  # noqa: A002 - the flag users type is --format
+    output: Annotated[Path, tyro.conf.arg(aliases=("-o",))],
+    best: bool = False,
+) -> None:
+    """Export the deterministic policy (observation network + policy mean) for use without dmpo.
+
+    Args:
+      target: a run directory or a snapshot file.
+      format: onnx (needs the export extra: pip install 'dmpo[export]') or stablehlo (jax.export).
+      output: file to write.
+      best: export snapshots/best.msgpack (the best-evaluated policy) instead of the latest.
+    """
+    from dmpo.export import ExportError, export_policy
+
+    try:
+        path = export_policy(target, output, format, best=best)
+    except (ExportError, OSError) as error:
+        _fail(str(error))
+    print(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
     warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
@@ -314,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             train_command = train
         tyro.extras.subcommand_cli_from_dict(
-            {"train": train_command, "eval": evaluate, "plot": plot},
+            {"train": train_command, "eval": evaluate, "plot": plot, "export": export},
             args=args,
             description="Distributional MPO (DMPO) for continuous control.",
         )
