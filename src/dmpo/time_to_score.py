@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import csv
 import datetime
+import io
 import json
+import math
 import os
 import struct
 from collections.abc import Mapping, Sequence
@@ -28,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DEFAULT_THRESHOLDS", "EvaluationTimes", "evaluation_times", "parse_thresholds", "time_to_score"]
+__all__ = ["DEFAULT_THRESHOLDS", "EvaluationTimes", "RunTime", "evaluation_times", "parse_thresholds",
+           "run_time", "time_to_score", "time_to_score_csv", "time_to_score_markdown"]
 
 # Evaluation return (policy mean) to reach per task. The first three are issue 24's; ball_in_cup-catch
 # is chosen as a fourth, quick-to-learn task, 900 being near its maximum of 1000.
@@ -155,3 +158,84 @@ def time_to_score(times: EvaluationTimes, threshold: float) -> tuple[int, float 
     first = int(reached[0])
     wall = None if times.wall_seconds is None else float(times.wall_seconds[first])
     return int(times.steps[first]), wall
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """When one run (finished or not) first reached its task's threshold."""
+
+    run: Path
+    task: str
+    config: str
+    seed: int
+    status: str
+    threshold: float | None
+    last_env_steps: int
+    reached: tuple[int, float | None] | None
+    source: str
+
+
+def run_time(run: str | os.PathLike[str], task: str, config: str, seed: int, status: str,
+             thresholds: Mapping[str, float]) -> RunTime:
+    times = evaluation_times(run)
+    threshold = thresholds.get(task)
+    reached = None if threshold is None else time_to_score(times, threshold)
+    last = int(times.steps[-1]) if len(times.steps) else 0
+    return RunTime(Path(run), task, config, seed, status, threshold, last, reached, times.source)
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(np.median(values)) if values else math.inf
+
+
+def _cell(value: float, digits: int = 0) -> str:
+    return "not reached" if math.isinf(value) else f"{value:,.{digits}f}"
+
+
+def time_to_score_markdown(rows: Sequence[RunTime]) -> str:
+    """Per (task, config): runs that reached the threshold, median env steps and minutes (a run that
+    has not reached it counts as later than every run that has), and each seed's figures."""
+    groups: dict[tuple[str, str], list[RunTime]] = {}
+    for row in rows:
+        groups.setdefault((row.task, row.config), []).append(row)
+    lines = ["| task | config | threshold | reached | env steps: median | wall-clock min: median "
+             "| per seed: env steps / min (status, last step) |", "|---|---|---:|---:|---:|---:|---|"]
+    for (task, config), members in groups.items():
+        threshold = members[0].threshold
+        if threshold is None:
+            lines.append(f"| {task} | {config} | – (give --threshold {task}=VALUE) | | | | |")
+            continue
+        steps = [float(r.reached[0]) if r.reached else math.inf for r in members]
+        timed = [r for r in members if r.reached is None or r.reached[1] is not None]
+        minutes = [r.reached[1] / 60 if r.reached and r.reached[1] is not None else math.inf for r in timed]
+        seeds = []
+        for r in sorted(members, key=lambda r: r.seed):
+            if r.reached:
+                wall = "?" if r.reached[1] is None else f"{r.reached[1] / 60:.1f}"
+                figure = f"{r.reached[0]:,} / {wall}"
+            else:
+                figure = "–"
+            note = "" if r.status == "finished" else f"{r.status}, "
+            seeds.append(f"seed {r.seed}: {figure} ({note}{r.last_env_steps:,})")
+        reached = sum(1 for r in members if r.reached)
+        lines.append(f"| {task} | {config} | {threshold:g} | {reached}/{len(members)} "
+                     f"| {_cell(_median(steps))} "
+                     f"| {_cell(_median(minutes), 1) if timed else '?'} | {'; '.join(seeds)} |")
+    return "\n".join(lines) + "\n"
+
+
+def time_to_score_csv(rows: Sequence[RunTime]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["task", "config", "seed", "status", "threshold", "last_env_steps",
+                     "env_steps_to_threshold", "minutes_to_threshold", "wall_clock_source", "run"])
+    for r in rows:
+        steps = "" if r.reached is None else r.reached[0]
+        minutes = "" if r.reached is None or r.reached[1] is None else f"{r.reached[1] / 60:.3f}"
+        threshold = "" if r.threshold is None else f"{r.threshold:g}"
+        writer.writerow([r.task, r.config, r.seed, r.status, threshold, r.last_env_steps, steps, minutes,
+                         r.source, str(r.run)])
+    return buffer.getvalue()
