@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -74,7 +78,7 @@ def test_exported_policies_act_like_load_policy(case, tmp_path):
     np.testing.assert_allclose(np.asarray(exported.call(batch)), expected, rtol=0, atol=1e-5)
 
 
-def test_export_errors_are_one_line_before_any_work(tmp_path, capsys):
+def test_export_errors_are_one_line_before_any_work(tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     with pytest.raises(ExportError, match="no policy snapshot at"):
@@ -90,3 +94,38 @@ def test_export_errors_are_one_line_before_any_work(tmp_path, capsys):
         main(["export", str(tmp_path / "nowhere"), "--format", "stablehlo", "-o", str(tmp_path / "p")])
     assert "dmpo: error: no run folder or snapshot file at" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(ExportError, match="is not writable"):
+            export_policy(run, locked / "p.onnx", "stablehlo")
+    monkeypatch.setitem(sys.modules, "jax2onnx", None)  # as if the extra were not installed
+    with pytest.raises(ExportError, match=r"pip install 'dmpo\[export\]' \(jax2onnx is missing\)"):
+        export_policy(run, tmp_path / "p.onnx", "onnx")
+
+
+def test_export_of_a_trained_run_reproduces_its_policy(tmp_path):
+    """A real (tiny) training run's snapshot, as the trainer writes it, exported and run in onnxruntime."""
+    from dmpo.config import DMPOConfig, LearnerConfig, TrainConfig
+    from dmpo.envs import FakeEnvironment
+    from dmpo.runners.local import train
+
+    shape = {"velocity": (3,), "position": (2,)}
+    env_factory = lambda seed: FakeEnvironment(observation_shape=shape, action_dim=2,  # noqa: E731
+                                               episode_length=10, seed=seed % 1000)
+    agent = DMPOConfig(batch_size=8, samples_per_insert=2.0, min_replay_size=10, max_replay_size=500,
+                       learner=LearnerConfig(num_samples=2), networks=STATES)
+    config = TrainConfig(env="test:fake", steps=40, seed=0, eval_every=40, eval_episodes=1, agent=agent)
+    train(config, tmp_path / "run", env_factory=env_factory, progress=False, quiet=True)
+    policy = dmpo.load_policy(tmp_path / "run")
+    env, obs = env_factory(5), []
+    timestep = env.reset()
+    for _ in range(100):
+        obs.append(timestep.observation)
+        timestep = env.step(np.clip(policy(timestep.observation), -1, 1))
+    onnx_file = export_policy(tmp_path / "run", tmp_path / "trained.onnx", "onnx")
+    session = onnxruntime.InferenceSession(str(onnx_file))
+    (actions,) = session.run(["action"], {"observation": np.stack([flatten_observation(o) for o in obs])})
+    np.testing.assert_allclose(actions, np.stack([policy(o) for o in obs]), rtol=0, atol=1e-5)
+    metadata = session.get_modelmeta().custom_metadata_map
+    assert metadata["env"] == "test:fake" and json.loads(metadata["action_minimum"]) == [-1.0, -1.0]

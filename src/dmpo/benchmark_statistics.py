@@ -140,6 +140,7 @@ def plot_performance_profile(values: Mapping[str, Mapping[str, Mapping[int, floa
     """The performance profile of each config over its normalised dmc scores (None: nothing to plot)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     from dmpo.files import atomic_write_bytes
 
@@ -168,7 +169,8 @@ def plot_performance_profile(values: Mapping[str, Mapping[str, Mapping[int, floa
     plot_utils.plot_performance_profiles(profiles, tau, performance_profile_cis=bands, ax=ax, colors=colours,
                                          xlabel="normalised score τ (dmc return / 1000)",
                                          ylabel="fraction of runs with score > τ")
-    ax.legend([f"{c} ({scores[c].shape[0]} seeds × {len(tasks_of[c])} tasks)" for c in scores],
+    handles = [Line2D([], [], color=colours[c]) for c in scores]
+    ax.legend(handles, [f"{c} ({scores[c].shape[0]} seeds × {len(tasks_of[c])} tasks)" for c in scores],
               fontsize="small", title=f"{CONFIDENCE:.0%} stratified-bootstrap band", title_fontsize="small")
     if title:
         ax.set_title(title, fontsize="medium")

@@ -91,12 +91,9 @@ def _export_stablehlo(function: Any, shape: tuple[int, ...], dtype: np.dtype) ->
 
 
 def _export_onnx(function: Any, shape: tuple[int, ...], dtype: np.dtype, policy: LoadedPolicy) -> bytes:
-    try:
-        import jax2onnx
-        import onnx
-    except ImportError as error:
-        raise ExportError("--format onnx needs the export extra: pip install 'dmpo[export]' "
-                          f"({error.name} is missing)") from error
+    import jax2onnx  # present: export_policy checked before loading the snapshot
+    import onnx
+
     model = jax2onnx.to_onnx(function, inputs=[jax.ShapeDtypeStruct(("B", *shape), jnp.dtype(dtype))],
                              model_name="dmpo_policy", input_names=[INPUT_NAME], output_names=[OUTPUT_NAME])
     spec = policy.environment_spec.actions
