@@ -47,7 +47,8 @@ def test_core_dependencies_are_ranges_and_ray_is_an_extra():
 def test_the_lock_satisfies_every_range_and_holds_the_extras():
     locked = locked_versions()
     extras = project()["optional-dependencies"]
-    for spec in [*project()["dependencies"], *extras["distributed"], *extras["dev"]]:
+    for spec in [*project()["dependencies"], *extras["distributed"], *extras["dev"], *extras["export"],
+                 *extras["bench"]]:
         req = Requirement(spec)
         name = canonical(req.name)
         assert name in locked, f"{name} is missing from requirements.lock"
