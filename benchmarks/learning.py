@@ -11,10 +11,16 @@ laid out under --out as `dmpo.benchmark_runs` describes (runs/<preset>/<task>/se
 bench.json). It then writes, from the finished runs the command names (with --summarise-only: every
 finished run under --out, or those --tasks / --preset / --seeds name):
 
-    results.csv   one row per (task, preset): final and area-under-curve return, mean and 95% CI
+    results.csv   one row per (task, preset): final and area-under-curve return, mean / IQM and 95% CI
     runs.csv      one row per run
-    results.md    the table for BENCHMARKS.md, with the commands that made it on top
+    results.md    the tables for BENCHMARKS.md (per task; across dmc tasks; time to score), with the
+                  commands that made them on top
     curves.png    one panel per task: mean evaluation return per preset, its interval shaded
+    curves_wallclock.png   the same against wall-clock minutes
+    performance_profile.png   rliable's performance profile over the dmc tasks (return / 1000)
+    time_to_score.csv / .md   per run (finished or not) and per (task, preset): the env steps and
+                  wall-clock minutes at which the evaluation return first reaches the task's threshold
+                  (`dmpo.time_to_score.DEFAULT_THRESHOLDS`, or --threshold TASK=VALUE)
 
 The figures are defined in `dmpo.benchmarking`. Running the same command again continues an interrupted
 benchmark: finished runs are skipped, unfinished ones resumed from their checkpoint (`dmpo train
@@ -54,11 +60,20 @@ from dmpo.benchmark_runs import (
 from dmpo.benchmarking import (
     RunResult,
     plot_benchmark,
+    plot_wallclock,
     read_run,
     results_markdown,
     summarise,
     write_results_csv,
     write_runs_csv,
+)
+from dmpo.time_to_score import (
+    DEFAULT_THRESHOLDS,
+    RunTime,
+    parse_thresholds,
+    run_time,
+    time_to_score_csv,
+    time_to_score_markdown,
 )
 
 # A preset is a named set of extra `dmpo train` flags; adding one is adding a line.
@@ -117,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only rebuild the table and figure from the runs under --out "
                              "(--tasks / --preset / --seeds then filter)")
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    defaults = ", ".join(f"{task}={value:g}" for task, value in DEFAULT_THRESHOLDS.items())
+    parser.add_argument("--threshold", action="append", default=[], metavar="TASK=VALUE",
+                        help="evaluation return for the time-to-score table, e.g. dmc:walker-walk=700 "
+                             f"(repeatable; defaults: {defaults})")
     return parser
 
 
@@ -143,6 +162,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
             parser.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     if args.actors < 0:
         parser.error(f"--actors must be an integer >= 0, got {args.actors}")
+    try:
+        args.thresholds = parse_thresholds(args.threshold)
+    except ValueError as error:
+        parser.error(str(error))
     own = [flag for flag in extra if flag.split("=", 1)[0] in _OWN_FLAGS]
     if own:
         parser.error(f"the flags after `--` may not set {own}: the benchmark sets {list(_OWN_FLAGS)} itself")
@@ -219,6 +242,74 @@ def collect(out: Path, manifest: Manifest, args: argparse.Namespace) -> tuple[li
     return sorted(results, key=rank), unfinished
 
 
+def collect_times(out: Path, args: argparse.Namespace) -> list[RunTime]:
+    """Every run under `out` that --tasks / --preset / --seeds name and that has logged an evaluation,
+    finished or not, with when it first reached its task's threshold."""
+    tasks = {task_folder(t) for t in args.tasks} if args.tasks else None
+    seeds = {f"seed-{s}" for s in args.seeds} if args.seeds is not None else None
+    rows = []
+    for preset, path in find_runs(out):
+        wanted = ((not args.preset or preset in args.preset)
+                  and (tasks is None or path.parent.name in tasks) and (seeds is None or path.name in seeds))
+        if not wanted or not (path / "config.json").is_file():
+            continue
+        train = json.loads((path / "config.json").read_text(encoding="utf-8")).get("config", {})
+        info = path / "run.json"
+        status = json.loads(info.read_text(encoding="utf-8")).get("status", "?") if info.is_file() else "?"
+        try:
+            row = run_time(path, train["env"], preset, int(train["seed"]), status, args.thresholds)
+        except (OSError, ValueError, KeyError):
+            continue
+        if row.last_env_steps:
+            rows.append(row)
+    return sorted(rows, key=lambda r: (r.task, r.config, r.seed))
+
+
+def write_time_to_score(out: Path, rows: Sequence[RunTime], resamples: int) -> str:
+    """time_to_score.csv / .md and curves_wallclock.png for `rows`; returns the markdown section."""
+    from dmpo.files import atomic_write_text
+
+    if not rows:
+        return ""
+    unfinished = sum(1 for r in rows if r.status != "finished")
+    sources = sorted({r.source for r in rows})
+    section = "\n".join([
+        "Time to score: the env steps and wall-clock minutes of the first evaluation whose return (policy "
+        "mean) reaches the task's threshold; wall-clock from the run's own log (`wall_seconds`, or "
+        f"TensorBoard event times for older runs; here: {', '.join(sources)}), counted from the run's start, "
+        "a resumed run's pause not counted. Runs sharing the machine (--jobs > 1) each run slower."
+        + (f" {unfinished} run(s) not finished: their figures so far." if unfinished else ""), "",
+        time_to_score_markdown(rows)])
+    atomic_write_text(out / "time_to_score.md", section)
+    atomic_write_text(out / "time_to_score.csv", time_to_score_csv(rows))
+    groups: dict[str, dict[str, list[Path]]] = {}
+    for r in rows:
+        groups.setdefault(r.task, {}).setdefault(r.config, []).append(r.run)
+    plot_wallclock(groups, out / "curves_wallclock.png", resamples=resamples,
+                   title=f"{out.name}: evaluation return against wall-clock minutes")
+    return section
+
+
+def aggregate_markdown(results: Sequence[RunResult], resamples: int) -> str:
+    """IQM and mean of normalised final returns across dmc tasks, per preset (rliable), as markdown."""
+    from dmpo.benchmark_statistics import aggregate
+
+    values: dict[str, dict[str, dict[int, float]]] = {}
+    for r in results:
+        values.setdefault(r.config, {}).setdefault(r.task, {})[r.seed] = r.final_return
+    rows = aggregate(values, reps=resamples)
+    if not rows:
+        return ""
+    ci = "95% stratified-bootstrap CI"
+    lines = ["Across tasks: final return / 1000 on the dmc tasks (their maximum), IQM and mean over all "
+             "(seed, task) scores, seeds resampled within each task (rliable); other tasks are left out.", "",
+             f"| config | tasks | seeds per task | IQM {ci} | mean {ci} |", "|---|---|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row.config} | {', '.join(row.tasks)} | {row.seeds_per_task} "
+                     f"| {row.iqm.cell(3)} | {row.mean.cell(3)} |")
+    return "\n".join(lines) + "\n"
+
+
 def _preamble(out: Path, manifest: Manifest, this_command: str, unfinished: Sequence[str],
               resamples: int, eval_episodes: set[str], budgets: Sequence[int]) -> list[str]:
     lines = [f"Learning benchmark `{out}`; runs launched by:", ""]
@@ -234,8 +325,9 @@ def _preamble(out: Path, manifest: Manifest, this_command: str, unfinished: Sequ
     lines += [
         f"- final return: `return_mean` of the last evaluation ({' / '.join(sorted(eval_episodes))} "
         "episode(s), policy mean); AUC: trapezoid area under the evaluation curve over actor steps divided "
-        "by its span (return units); CI: 95% percentile bootstrap of the mean over seeds "
-        f"({resamples:,} resamples, seed 0; with few seeds it only shows how far the seeds agree).",
+        "by its span (return units); IQM: interquartile mean over seeds (with 3 seeds it equals the mean); "
+        f"CI: 95% percentile bootstrap over seeds through rliable ({resamples:,} resamples, seed 0; none "
+        "below 3 seeds, and with few seeds it only shows how far the seeds agree).",
         "- env steps/s: environment steps over the wall time of the `dmpo train` processes (start-up, "
         "compilation, evaluation and any work repeated after a resume included)"
         + (f"; min / 100k steps is extrapolated from runs of {min(budgets):,} steps."
@@ -247,7 +339,7 @@ def _preamble(out: Path, manifest: Manifest, this_command: str, unfinished: Sequ
 
 
 def write_outputs(out: Path, results: Sequence[RunResult], unfinished: Sequence[str], manifest: Manifest,
-                  resamples: int, this_command: str) -> None:
+                  resamples: int, this_command: str, time_section: str = "") -> None:
     from dmpo.files import atomic_write_text
 
     summaries = summarise(results, resamples=resamples)
@@ -265,9 +357,19 @@ def write_outputs(out: Path, results: Sequence[RunResult], unfinished: Sequence[
         episodes.add(str(config["config"].get("eval_episodes", "?")))
     preamble = _preamble(out, manifest, this_command, unfinished, resamples, episodes, budgets)
     text = results_markdown(summaries, preamble=preamble)
+    from dmpo.benchmark_statistics import plot_performance_profile
+
+    values: dict[str, dict[str, dict[int, float]]] = {}
+    for r in results:
+        values.setdefault(r.config, {}).setdefault(r.task, {})[r.seed] = r.final_return
+    profile = plot_performance_profile(values, out / "performance_profile.png",
+                                       title=f"{out.name}: final return / 1000 over dmc tasks and seeds")
+    text = "\n".join(part for part in (text, aggregate_markdown(results, resamples), time_section) if part)
     atomic_write_text(out / "results.md", text)
     print(text)
-    print(f"wrote {out / 'results.md'}, {out / 'results.csv'}, {out / 'runs.csv'}, {out / 'curves.png'}")
+    written = ["results.md", "results.csv", "runs.csv", "curves.png"] + (
+        ["performance_profile.png"] if profile else [])
+    print(f"wrote {', '.join(str(out / name) for name in written)}")
 
 
 # --------------------------------------------------------------------------------------------- main
@@ -288,11 +390,16 @@ def _check_tasks(tasks: Sequence[str]) -> None:
 
 def _summarise_folder(args: argparse.Namespace, manifest: Manifest, this_command: str) -> int:
     results, unfinished = collect(args.out, manifest, args)
+    time_section = write_time_to_score(args.out, collect_times(args.out, args), args.resamples)
+    if time_section:
+        print(time_section)
+        print(f"wrote {args.out / 'time_to_score.md'}, {args.out / 'time_to_score.csv'}, "
+              f"{args.out / 'curves_wallclock.png'}")
     if not results:
         print(f"learning.py: no finished run under {args.out / 'runs'} matches"
               + (f" (unfinished: {', '.join(unfinished)})" if unfinished else ""), file=sys.stderr)
-        return 1
-    write_outputs(args.out, results, unfinished, manifest, args.resamples, this_command)
+        return 0 if time_section else 1
+    write_outputs(args.out, results, unfinished, manifest, args.resamples, this_command, time_section)
     return 0
 
 

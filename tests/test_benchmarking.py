@@ -183,11 +183,11 @@ def test_summarise_groups_by_task_and_config(tmp_path):
     assert default.final_mean == pytest.approx(200.0)
     # With 3 seeds, 1/27 of the resamples repeat one seed (more than 2.5%): the interval is min to max.
     assert default.final_ci == (100.0, 300.0)
-    assert default.final_ci == tuple(map(float, bootstrap_ci([100.0, 300.0, 200.0], resamples=1000)))
+    assert default.final_iqm == pytest.approx(200.0)  # a 25% trim of 3 values cuts none
     assert default.auc_mean == pytest.approx(100.0)  # each curve's area is half its final value
     assert default.env_steps_per_second == pytest.approx(3 * 2000 / (3 * 60))
     assert default.minutes_per_100k_steps == pytest.approx(100_000 / (2000 / 60) / 60)
-    assert reference.final_ci == (5.0, 5.0) and reference.env_steps_per_second is None
+    assert reference.final_ci is None and reference.env_steps_per_second is None  # one seed: no interval
     with pytest.raises(ValueError, match="seed listed twice"):
         summarise([results[0], results[0]])
 
@@ -201,10 +201,11 @@ def test_results_files_and_figure(tmp_path):
     write_results_csv(tmp_path / "results.csv", summaries)
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert rows[0].startswith("task,config,n_seeds,seeds,budget,final_mean,final_ci_low")
-    assert rows[1].startswith("dmc:cartpole-swingup,default,2,0 1,3000,5.0000,5.0000,5.0000")
+    assert rows[1].startswith("dmc:cartpole-swingup,default,2,0 1,3000,5.0000,,,")  # 2 seeds: no interval
     text = results_markdown(summaries, preamble=["`the command`"])
     assert text.startswith("`the command`\n\n| task | config |")
-    assert "| dmc:walker-walk | reference | 2 (0, 1) | **5.0** | [5.0, 5.0] |" in text
+    assert "| dmc:walker-walk | reference | 2 (0, 1) | **5.0** | n/a (n=2) | 5.0 | n/a (n=2) |" in text
+    assert "final return: IQM | 95% bootstrap CI over seeds |" in text
     groups = {"dmc:cartpole-swingup": {"default": [r.run for r in results[:2]]},
               "dmc:walker-walk": {"default": [r.run for r in results[4:6]], "reference": [results[6].run]}}
     image = mpimg.imread(plot_benchmark(groups, tmp_path / "fig" / "curves.png", resamples=200))
@@ -295,6 +296,8 @@ def test_presets_are_dmpo_trains_own_presets(learning):
     (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--seeds", "1", "1"], "--seeds must be distinct"),
     (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--jobs", "0"], "--jobs must be a positive"),
     (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--", "--steps=5"], "may not set ['--steps=5']"),
+    (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--threshold", "dmc:cartpole-swingup"],
+     "--threshold 'dmc:cartpole-swingup': expected TASK=VALUE"),
 ])
 def test_argument_errors_name_the_option(learning, capsys, tmp_path, monkeypatch, argv, option):
     monkeypatch.chdir(tmp_path)
@@ -347,7 +350,15 @@ def test_finished_runs_are_skipped_and_summarised(learning, tmp_path, monkeypatc
     assert learning.main(["--out", str(out), "--summarise-only"]) == 0
     table = (out / "results.md").read_text()
     assert "not finished, left out: reference/dmc-cartpole-swingup/seed-0 (running)" in table
-    assert "| reference |" not in table
+    assert "| dmc:cartpole-swingup | reference | 1 (0) |" not in table
+    # Time to score counts the running run too: return 40 at step 3000 reaches a threshold of 30.
+    threshold = ["--threshold", "dmc:cartpole-swingup=30"]
+    assert learning.main(["--out", str(out), "--summarise-only", *threshold]) == 0
+    table = (out / "results.md").read_text()
+    assert "| dmc:cartpole-swingup | default | 30 | 2/2 | 3,000 |" in table
+    assert "| dmc:cartpole-swingup | reference | 30 | 1/1 | 3,000 |" in table
+    assert "seed 0: 3,000 / ? (running, 3,000)" in table  # no wall_seconds column and no TensorBoard file
+    assert (out / "time_to_score.csv").read_text().count("\n") == 4
 
 
 def test_a_folder_with_other_settings_is_refused(learning, tmp_path, monkeypatch):

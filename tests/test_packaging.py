@@ -47,7 +47,8 @@ def test_core_dependencies_are_ranges_and_ray_is_an_extra():
 def test_the_lock_satisfies_every_range_and_holds_the_extras():
     locked = locked_versions()
     extras = project()["optional-dependencies"]
-    tested_extras = [*extras["distributed"], *extras["dev"], *extras["wandb"], *extras["mlflow"]]
+    tested_extras = [*extras["distributed"], *extras["dev"], *extras["wandb"], *extras["mlflow"],
+                     *extras["export"], *extras["bench"]]
     for spec in [*project()["dependencies"], *tested_extras]:
         req = Requirement(spec)
         name = canonical(req.name)

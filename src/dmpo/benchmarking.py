@@ -8,11 +8,12 @@ For each run (`dmpo.runs` layout) the evaluator log `logs/evaluator/logs.csv` gi
   the span of `actor_steps`, so it is in return units (a run that held return R throughout scores R);
 * the **speed**: environment steps reached divided by the run's wall time.
 
-Over the seeds of one (task, configuration) the mean is reported with a 95% percentile-bootstrap
-interval: seeds are resampled with replacement, and the interval is the middle 95% of the resampled
-means. Such an interval never leaves the range of the seeds, and with 3 seeds it *is* that range (one
-seed drawn three times is 1/27 of the resamples, more than the 2.5% tail), so with few seeds it says how
-far they agree, not more. The launcher is `benchmarks/learning.py`.
+Over the seeds of one (task, configuration) the interquartile mean and the mean are reported with
+95% bootstrap intervals from rliable (`dmpo.benchmark_statistics`, which also aggregates across tasks);
+with fewer than 3 seeds there is no interval. Such an interval never leaves the range of the seeds, and
+with 3 seeds it is about that range, so with few seeds it says how far they agree, not more. The curves'
+shaded bands are a pointwise percentile bootstrap of the mean (`bootstrap_ci`). The launcher is
+`benchmarks/learning.py`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "bootstrap_ci",
     "normalised_auc",
     "plot_benchmark",
+    "plot_wallclock",
     "read_run",
     "results_markdown",
     "run_wall_seconds",
@@ -169,10 +171,13 @@ class GroupSummary:
     budgets: tuple[int, ...]
     final_returns: tuple[float, ...]
     final_mean: float
-    final_ci: tuple[float, float]
+    final_ci: tuple[float, float] | None
+    """95% bootstrap interval of the mean over seeds (rliable); None with fewer than 3 seeds."""
     auc_returns: tuple[float, ...]
     auc_mean: float
-    auc_ci: tuple[float, float]
+    auc_ci: tuple[float, float] | None
+    final_iqm: float
+    final_iqm_ci: tuple[float, float] | None
     env_steps_per_second: float | None
     """Environment steps of all timed seeds over their total wall time."""
 
@@ -182,14 +187,11 @@ class GroupSummary:
         return 100_000 / rate / 60 if rate else None
 
 
-def _interval(values: Sequence[float], options: Mapping[str, float]) -> tuple[float, float]:
-    low, high = bootstrap_ci(values, **options)  # type: ignore[arg-type]
-    return float(low), float(high)
+def summarise(results: Sequence[RunResult], *, resamples: int = 10_000, seed: int = 0) -> list[GroupSummary]:
+    """One summary per (task, config), in the order they first appear in `results`; seeds sorted.
+    Intervals: rliable's 95% bootstrap over seeds (`dmpo.benchmark_statistics.per_task`)."""
+    from dmpo.benchmark_statistics import per_task
 
-
-def summarise(results: Sequence[RunResult], *, confidence: float = 0.95, resamples: int = 10_000,
-              seed: int = 0) -> list[GroupSummary]:
-    """One summary per (task, config), in the order they first appear in `results`; seeds sorted."""
     groups: dict[tuple[str, str], list[RunResult]] = {}
     for result in results:
         groups.setdefault((result.task, result.config), []).append(result)
@@ -204,12 +206,12 @@ def summarise(results: Sequence[RunResult], *, confidence: float = 0.95, resampl
         timed = [r for r in members if r.wall_seconds]
         seconds = sum(r.wall_seconds or 0.0 for r in timed)
         rate = sum(r.env_steps for r in timed) / seconds if timed else None
-        options = {"confidence": confidence, "resamples": resamples, "seed": seed}
+        final, auc = per_task(finals, reps=resamples, seed=seed), per_task(aucs, reps=resamples, seed=seed)
         summaries.append(GroupSummary(
             task=task, config=config, seeds=tuple(seeds), budgets=tuple(r.budget for r in members),
-            final_returns=tuple(finals), final_mean=float(np.mean(finals)),
-            final_ci=_interval(finals, options), auc_returns=tuple(aucs), auc_mean=float(np.mean(aucs)),
-            auc_ci=_interval(aucs, options),
+            final_returns=tuple(finals), final_mean=final["mean"].point, final_ci=final["mean"].interval,
+            auc_returns=tuple(aucs), auc_mean=auc["mean"].point, auc_ci=auc["mean"].interval,
+            final_iqm=final["iqm"].point, final_iqm_ci=final["iqm"].interval,
             env_steps_per_second=rate))
     return summaries
 
@@ -229,15 +231,22 @@ def _number(value: float | None, digits: int = 1) -> str:
     return "" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
+def _bounds(interval: tuple[float, float] | None) -> list[str]:
+    return ["", ""] if interval is None else [f"{interval[0]:.4f}", f"{interval[1]:.4f}"]
+
+
 def write_results_csv(path: str | os.PathLike[str], summaries: Sequence[GroupSummary]) -> None:
+    """One row per (task, config); `*_ci_*` are 95% bootstrap bounds over seeds, empty below 3 seeds."""
     header = ["task", "config", "n_seeds", "seeds", "budget", "final_mean", "final_ci_low", "final_ci_high",
               "auc_mean", "auc_ci_low", "auc_ci_high", "final_per_seed", "auc_per_seed",
-              "env_steps_per_second", "minutes_per_100k_steps"]
+              "env_steps_per_second", "minutes_per_100k_steps", "final_iqm", "final_iqm_ci_low",
+              "final_iqm_ci_high"]
     rows = [[s.task, s.config, len(s.seeds), " ".join(map(str, s.seeds)),
-             " ".join(map(str, sorted(set(s.budgets)))), f"{s.final_mean:.4f}", f"{s.final_ci[0]:.4f}",
-             f"{s.final_ci[1]:.4f}", f"{s.auc_mean:.4f}", f"{s.auc_ci[0]:.4f}", f"{s.auc_ci[1]:.4f}",
+             " ".join(map(str, sorted(set(s.budgets)))), f"{s.final_mean:.4f}", *_bounds(s.final_ci),
+             f"{s.auc_mean:.4f}", *_bounds(s.auc_ci),
              " ".join(f"{v:.4f}" for v in s.final_returns), " ".join(f"{v:.4f}" for v in s.auc_returns),
-             _number(s.env_steps_per_second, 3), _number(s.minutes_per_100k_steps, 3)] for s in summaries]
+             _number(s.env_steps_per_second, 3), _number(s.minutes_per_100k_steps, 3),
+             f"{s.final_iqm:.4f}", *_bounds(s.final_iqm_ci)] for s in summaries]
     atomic_write_text(path, _csv_text(header, rows))
 
 
@@ -251,19 +260,24 @@ def write_runs_csv(path: str | os.PathLike[str], results: Sequence[RunResult]) -
     atomic_write_text(path, _csv_text(header, rows))
 
 
-def results_markdown(summaries: Sequence[GroupSummary], *, preamble: Sequence[str] = (),
-                     confidence: float = 0.95) -> str:
+def _ci_cell(interval: tuple[float, float] | None, n: int) -> str:
+    return f"n/a (n={n})" if interval is None else f"[{interval[0]:.1f}, {interval[1]:.1f}]"
+
+
+def results_markdown(summaries: Sequence[GroupSummary], *, preamble: Sequence[str] = ()) -> str:
     """A markdown table, one row per (task, config), below the `preamble` lines."""
-    pct = f"{confidence:.0%}"
+    ci = "95% bootstrap CI over seeds"
     lines = [*preamble, "" if preamble else None,
-             f"| task | config | seeds | final return | final {pct} CI | AUC return | AUC {pct} CI "
-             "| final per seed | env steps/s | min / 100k steps |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"| task | config | seeds | final return: mean | {ci} | final return: IQM | {ci} "
+             f"| AUC return: mean | {ci} | final per seed | env steps/s | min / 100k steps |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summaries:
+        n = len(s.seeds)
         lines.append(
-            f"| {s.task} | {s.config} | {len(s.seeds)} ({', '.join(map(str, s.seeds))}) "
-            f"| **{s.final_mean:.1f}** | [{s.final_ci[0]:.1f}, {s.final_ci[1]:.1f}] "
-            f"| {s.auc_mean:.1f} | [{s.auc_ci[0]:.1f}, {s.auc_ci[1]:.1f}] "
+            f"| {s.task} | {s.config} | {n} ({', '.join(map(str, s.seeds))}) "
+            f"| **{s.final_mean:.1f}** | {_ci_cell(s.final_ci, n)} "
+            f"| {s.final_iqm:.1f} | {_ci_cell(s.final_iqm_ci, n)} "
+            f"| {s.auc_mean:.1f} | {_ci_cell(s.auc_ci, n)} "
             f"| {', '.join(f'{v:.1f}' for v in s.final_returns)} "
             f"| {_number(s.env_steps_per_second) or '–'} | {_number(s.minutes_per_100k_steps) or '–'} |")
     return "\n".join(line for line in lines if line is not None) + "\n"
@@ -288,8 +302,33 @@ def plot_benchmark(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[
     return _draw_panels(panels, Path(output), title, f"{confidence:.0%}")
 
 
+def plot_wallclock(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[str]]]],
+                   output: str | os.PathLike[str], *, confidence: float = 0.95, resamples: int = 10_000,
+                   seed: int = 0, num_points: int = 200, title: str | None = None) -> Path | None:
+    """As `plot_benchmark`, against the wall-clock minutes of each evaluation (`dmpo.time_to_score`);
+    runs without a known wall time are left out, and None is returned when no run has one."""
+    from dmpo.plotting import Curve
+    from dmpo.time_to_score import evaluation_times
+
+    panels: dict[str, dict[str, tuple]] = {}
+    for task, configs in groups.items():
+        for config, runs in configs.items():
+            curves = []
+            for run in runs:
+                times = evaluation_times(run)
+                if times.wall_seconds is not None and len(times.steps):
+                    curves.append(Curve(Path(run), times.wall_seconds / 60.0, times.returns, "wall minutes"))
+            if curves:
+                grid, values = interpolate_curves(curves, num_points=num_points)
+                low, high = bootstrap_ci(values, confidence=confidence, resamples=resamples, seed=seed)
+                panels.setdefault(task, {})[config] = (len(curves), grid, values.mean(axis=0), low, high)
+    if not panels:
+        return None
+    return _draw_panels(panels, Path(output), title, f"{confidence:.0%}", xlabel="wall-clock minutes")
+
+
 def _draw_panels(panels: Mapping[str, Mapping[str, tuple]], output: Path, title: str | None,
-                 pct: str) -> Path:
+                 pct: str, xlabel: str = "actor steps") -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -310,7 +349,7 @@ def _draw_panels(panels: Mapping[str, Mapping[str, tuple]], output: Path, title:
         seeds = f"{counts[0]} seeds" if len(counts) == 1 else "seeds: " + ", ".join(
             f"{config} {v[0]}" for config, v in lines.items())
         ax.set_title(f"{task} ({seeds})", fontsize="medium")
-        ax.set_xlabel("actor steps")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("evaluation return")
         ax.grid(alpha=0.3)
     for ax in axes[len(panels):]:

@@ -207,6 +207,9 @@ class CheckpointState:
         distributed (the shared counter is restored from `counts`).
       mid_episode: taken inside an episode (Ctrl-C): a resume starts a new episode.
       distributed: written by the distributed learner node.
+      wall_seconds: seconds since the run started when the checkpoint was taken (0 in checkpoints
+        older than the field); a resumed run counts on from it, so evaluation rows keep a run-wide
+        wall-clock (`dmpo.time_to_score`).
     """
 
     env_steps: int
@@ -221,6 +224,7 @@ class CheckpointState:
     counters: dict[str, Any] | None = None
     mid_episode: bool = False
     distributed: bool = False
+    wall_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         from dmpo.formats import FORMAT_KEY, STATE_FORMAT

@@ -1,10 +1,11 @@
-"""The `dmpo` command: `train`, `eval`, `plot` and `check-env`.
+"""The `dmpo` command: `train`, `eval`, `plot`, `export` and `check-env`.
 
     dmpo train --env dmc:cartpole-swingup --steps 100000 --seed 0
     dmpo train --resume runs/20261202-120000 --steps 200000   (extend a run)
     dmpo eval runs/20261202-120000 --episodes 10 --video cartpole.mp4
     dmpo plot runs/a runs/b -o curves.png
     dmpo check-env my_pkg.envs:make_env          (what the agent will see, or why it cannot learn it)
+    dmpo export runs/20261202-120000 --format onnx -o policy.onnx
 
 Every option of `train` comes from `dmpo.config.TrainConfig` (nested: `--agent.batch-size`,
 `--agent.learner.discount`, ...); `dmpo train --help` lists them with their defaults.
@@ -466,6 +467,28 @@ def check_env(
         _fail(str(error) if str(error).startswith(env) else f"{env}: {error}")
     print(f"{env}: DMPO can learn it\n{report}")
 
+def export(
+    target: tyro.conf.Positional[Path],
+    format: Literal["onnx", "stablehlo"],  # noqa: A002 - the flag users type is --format
+    output: Annotated[Path, tyro.conf.arg(aliases=("-o",))],
+    best: bool = False,
+) -> None:
+    """Export the deterministic policy (observation network + policy mean) for use without dmpo.
+
+    Args:
+      target: a run directory or a snapshot file.
+      format: onnx (needs the export extra: pip install 'dmpo[export]') or stablehlo (jax.export).
+      output: file to write.
+      best: export snapshots/best.msgpack (the best-evaluated policy) instead of the latest.
+    """
+    from dmpo.export import ExportError, export_policy
+
+    try:
+        path = export_policy(target, output, format, best=best)
+    except (ExportError, OSError) as error:
+        _fail(str(error))
+    print(f"wrote {path}")
+
 
 def main(argv: list[str] | None = None) -> None:
     # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
@@ -486,7 +509,8 @@ def main(argv: list[str] | None = None) -> None:
             train_command = train
         with parsing_flags():  # a bad value is reported below, naming its flag, not in tyro's panel
             tyro.extras.subcommand_cli_from_dict(
-                {"train": train_command, "eval": evaluate, "plot": plot, "check-env": check_env},
+                {"train": train_command, "eval": evaluate, "plot": plot, "export": export,
+                 "check-env": check_env},
                 args=args,
                 description="Distributional MPO (DMPO) for continuous control.",
             )

@@ -12,6 +12,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Initializer = Callable[..., jax.Array]
 Activation = Callable[[jax.Array], jax.Array]
@@ -32,11 +33,13 @@ def batch_concat(inputs: Any) -> jax.Array:
     leaves = jax.tree_util.tree_leaves(inputs)
     if not leaves:
         raise ValueError("batch_concat needs at least one array leaf, got an empty nest")
-    batch = jnp.shape(leaves[0])[0] if jnp.ndim(leaves[0]) > 0 else None
+    # np.shape, not jnp.shape: shapes are static here, and jax2onnx (dmpo.export) turns jnp.shape
+    # into a traced array while it converts, which a Python `!=` cannot branch on.
+    batch = np.shape(leaves[0])[0] if np.ndim(leaves[0]) > 0 else None
     for leaf in leaves:
-        if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != batch:
+        if np.ndim(leaf) == 0 or np.shape(leaf)[0] != batch:
             raise ValueError("every input leaf must share the leading batch axis "
-                             f"B={batch}, got shapes {[jnp.shape(x) for x in leaves]}")
+                             f"B={batch}, got shapes {[np.shape(x) for x in leaves]}")
     return jnp.concatenate([jnp.reshape(leaf, (batch, -1)) for leaf in leaves], axis=-1)
 
 

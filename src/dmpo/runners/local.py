@@ -116,6 +116,7 @@ class LocalTrainer:
         self.next_checkpoint = (config.checkpoint_every or None) if self.checkpoints is not None else None
         self.next_eval = config.eval_every or None
         self.next_video = config.video_every or None
+        self._wall_origin = time.monotonic()  # `wall_seconds` of evaluation rows counts from here
         if resume:
             try:
                 self._restore()
@@ -132,7 +133,7 @@ class LocalTrainer:
             counts=counts, num_observations=self.agent.num_observations,
             learning_starts=self.agent.learning_starts, episodes=self.episodes, evaluations=self.evaluations,
             num_actions=self.agent.actor.num_actions, pending_sgd_steps=self.agent.pending_sgd_steps,
-            mid_episode=mid_episode,
+            mid_episode=mid_episode, wall_seconds=self.wall_seconds(),
             counters={"root": self.counter.state_dict(),
                       **{name: c.state_dict() for name, c in self._children().items()}})
 
@@ -176,6 +177,7 @@ class LocalTrainer:
         self.agent.actor.update(wait=True)
         self.episodes = state.episodes
         self.evaluations = state.evaluations
+        self._wall_origin = time.monotonic() - state.wall_seconds
         self._last_checkpoint_step = state.env_steps
         if self.config.checkpoint_every:
             self.next_checkpoint = next_boundary(state.env_steps, self.config.checkpoint_every)
@@ -206,7 +208,8 @@ class LocalTrainer:
         self.evaluations += 1
         eval_steps = int(round(result["length_mean"] * self.config.eval_episodes))
         counts = self.eval_counter.increment(episodes=self.config.eval_episodes, steps=eval_steps)
-        row = {**{k: v for k, v in result.items() if np.isscalar(v)}, **self.counter.get_counts(), **counts}
+        row = {**{k: v for k, v in result.items() if np.isscalar(v)}, **self.counter.get_counts(), **counts,
+               "wall_seconds": self.wall_seconds()}
         self.eval_logger.write(row)
         if video is not None and self.tracker is not None and video.is_file():
             self.tracker.log_video(video, "evaluator", self.env_steps())
@@ -244,6 +247,11 @@ class LocalTrainer:
                                      "learner_steps": int(counts.get("learner_steps", 0))})
 
     # -- the loop -------------------------------------------------------------------------------
+    def wall_seconds(self) -> float:
+        """Seconds since the run started, across resumes (the time after a run's last checkpoint
+        before it was killed is not counted: that work is done again)."""
+        return time.monotonic() - self._wall_origin
+
     def env_steps(self) -> int:
         return int(self.counter.get_counts().get("actor_steps", 0))
 
