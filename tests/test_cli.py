@@ -40,7 +40,7 @@ def run_cli(argv, capsys):
         (["--actors", "2", "--actor-resources", "{worker: 1}"], "--actor-resources must be a JSON object"),
         (["--actors", "2", "--learner-resources", '{"GPU": 1}'], "--learner-resources must map custom"),
         (["--actors", "2", "--replay-resources", '{"head": -1}'], "--replay-resources must map custom"),
-        (["--actor-resources", '{"worker": 1}'], "they need --actors N"),
+        (["--actor-resources", '{"worker": 1}'], "--actor-resources, --learner-resources and"),
     ],
 )
 def test_invalid_train_arguments_name_the_flag_in_one_line(argv, message, capsys, tmp_path):

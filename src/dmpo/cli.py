@@ -75,7 +75,8 @@ def train(
     if any(resources.values()) and not config.actors:
         _fail("--actor-resources, --learner-resources and --replay-resources place Ray nodes; they need "
               "--actors N (N >= 1)")
-    placement = _parse_resources(resources)  # a malformed JSON flag fails before anything starts
+    # A malformed JSON flag fails before anything starts (without the flags, Ray is not imported here).
+    placement = _parse_resources(resources) if any(resources.values()) else None
     try:
         check_installed(config.track)  # a missing tracker package: one line, before anything starts
     except ConfigError as error:
@@ -244,7 +245,10 @@ def _parse_resources(flags: dict[str, str | None]) -> dict[str, dict[str, float]
     """`--actor-resources '{"worker": 1}'` and co.: JSON objects of resource name -> amount >= 0."""
     import json
 
-    from dmpo.distributed.options import valid_resources
+    try:
+        from dmpo.distributed.options import valid_resources
+    except ImportError:
+        _fail("--actors needs Ray, which is not installed; install it with: pip install 'dmpo[distributed]'")
 
     parsed = {}
     for name, text in flags.items():
