@@ -103,7 +103,7 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
         command = [sys.executable, "-m", "dmpo.cli", "train", "--ray-address", address, "--actors", "2",
                    "--actor-resources", '{"worker": 1}', "--learner-resources", '{"head": 1}',
                    "--replay-resources", '{"head": 1}', *TINY]
-        train = subprocess.Popen([*command, "--steps", "1000", "--run-dir", str(run)], stdout=subprocess.PIPE,
+        train = subprocess.Popen([*command, "--steps", "2000", "--run-dir", str(run)], stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, env=driver_env)
         train_output = Lines(train)
 
@@ -125,15 +125,15 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
         output.expect("ADDED")
         assert train.wait(timeout=DEADLINE) == 0, _drain(train_output)
         state = json.loads((checkpoints.latest() / "state.json").read_text())
-        assert 1000 <= state["env_steps"] < 1000 + 2 * EPISODE
+        assert 2000 <= state["env_steps"] < 2000 + 2 * EPISODE
 
-        resume = [*command[:4], "--resume", str(run), "--steps", "1250", "--ray-address", address,
+        resume = [*command[:4], "--resume", str(run), "--steps", "2250", "--ray-address", address,
                   "--actor-resources", '{"worker": 1}', "--learner-resources", '{"head": 1}',
                   "--replay-resources", '{"head": 1}', "--no-progress"]
         resumed = subprocess.run(resume, capture_output=True, text=True, env=driver_env, timeout=DEADLINE)
         assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
         state = json.loads((checkpoints.latest() / "state.json").read_text())
-        assert 1250 <= state["env_steps"] < 1250 + 2 * EPISODE
+        assert 2250 <= state["env_steps"] < 2250 + 2 * EPISODE
         assert json.loads((run / "run.json").read_text())["status"] == "finished"
     finally:
         if train is not None and train.poll() is None:

@@ -11,8 +11,9 @@ Every node builds its parts with the one `dmpo.builder.DMPOBuilder` the driver h
 Modules: `cluster` (local localhost-only cluster or join one), `replay_service` / `replay_client`
 (the table node, the bounded writer and the prefetching sample stream), `counter_service` (shared
 counts), `variables` (publishing and asynchronously fetching the target policy), `actor`,
-`learner_node`, `evaluator` (the nodes), `options` (program settings and result), `program` (start,
-monitor, restart, stop), `driver` (`run_distributed`: the loop around a program).
+`learner_node`, `evaluator` (the nodes), `evaluations` (the driver collecting evaluation rows),
+`options` (program settings and result), `program` (start, monitor, restart, stop), `driver`
+(`run_distributed`: the loop around a program).
 """
 
 from dmpo.distributed.cluster import ClusterInfo, ray_cluster, start_local_cluster
