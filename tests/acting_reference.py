@@ -40,7 +40,8 @@ def fake_factory(seed: int) -> FakeEnvironment:
 
 
 def reference_config(**overrides: Any) -> TrainConfig:
-    agent = DMPOConfig(batch_size=8, samples_per_insert=4.0, min_replay_size=16, max_replay_size=400, n_step=3,
+    agent = DMPOConfig(batch_size=8, samples_per_insert=4.0, min_replay_size=16, max_replay_size=400,
+                       n_step=3,
                        learner=LearnerConfig(num_samples=3),
                        networks=NetworkConfig(policy_layer_sizes=(8,), critic_layer_sizes=(8,), vmin=-5.0,
                                               vmax=5.0, num_atoms=7))
@@ -99,8 +100,9 @@ def main() -> None:
         digest = reference_run(Path(tmp) / "run")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip()
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
+    with open("/proc/cpuinfo") as cpuinfo:
+        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
+                   platform.processor())
     record = {"made_at_commit": commit, "cpu": cpu, "jax": jax.__version__, "digest": digest}
     if "--print" in sys.argv:
         print(json.dumps(record, indent=2, sort_keys=True))

@@ -210,6 +210,11 @@ AGENT_PRESETS: dict[str, Callable[[], DMPOConfig]] = {
 """`dmpo train --preset NAME`: the agent config a run starts from before its flags apply."""
 
 
+MAX_NUM_ENVS = 256
+"""Most environments one actor steps in lockstep (`TrainConfig.num_envs`): beyond this the batched
+policy call stops paying and one slow environment holds back too many others."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A whole training run: task, budget, evaluation, checkpoints and the agent's config."""
@@ -243,6 +248,10 @@ class TrainConfig:
     its own node); the replay rate limiter then holds samples_per_insert."""
     actors: int = 0
     """Distributed actors on Ray; 0 trains in this process."""
+    num_envs: int = 1
+    """Environments each actor steps in lockstep with one batched policy call per step (at most
+    MAX_NUM_ENVS); with `actors` > 0 the run acts in actors·num_envs environments. `steps` and the
+    learning schedule count environment steps of all of them."""
     agent: DMPOConfig = dataclasses.field(default_factory=control_suite_preset)
     """The agent; default: `control_suite_preset()` (two values differ from the reference, see there)."""
 
@@ -255,6 +264,9 @@ class TrainConfig:
             _check(isinstance(value, int) and value >= 0, f"TrainConfig.{name}", "an integer >= 0", value)
         if self.action_repeat is not None:
             _positive_int(self, "action_repeat")
+        _check(isinstance(self.num_envs, int) and not isinstance(self.num_envs, bool)
+               and 1 <= self.num_envs <= MAX_NUM_ENVS, "TrainConfig.num_envs",
+               f"an integer in [1, {MAX_NUM_ENVS}]", self.num_envs)
         _check(not (self.overlap_learner and self.actors), "TrainConfig.overlap_learner",
                "False when actors > 0 (the distributed learner always runs on its own node)",
                self.overlap_learner)
