@@ -23,10 +23,10 @@ import dm_env
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tree
 
 from dmpo.config import MAX_NUM_ENVS
 from dmpo.networks import DMPONetworks, PolicyParams
+from dmpo.runners.vector_loop import stack_observations
 
 PolicyFn = Callable[[PolicyParams, jax.Array, Any, Any], jax.Array]
 ParamsSource = Callable[[], PolicyParams]
@@ -74,11 +74,6 @@ def make_batched_sample_fn(networks: DMPONetworks) -> Callable[[PolicyParams, An
         return mean + stddev * jax.vmap(noise)(keys, steps)
 
     return jax.jit(sample_fn)
-
-
-def stack_observations(observations: Any) -> Any:
-    """A list of N (possibly nested) observations -> one nest of `[N, ...]` arrays."""
-    return tree.map_structure(lambda *xs: np.stack(xs), *observations)
 
 
 class BatchedActor:

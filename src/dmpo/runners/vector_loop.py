@@ -3,16 +3,17 @@
 Per step: stack the N current observations → `agent.select_actions` (one batched call) → step every
 environment → for each environment i in order: `agent.observe(action_i, timestep_i, env=i)` and
 `agent.update()` (so a learning schedule that counts environment steps sees each of them, exactly as
-in `EnvironmentLoop`). Environments end their episodes independently: one that reaches LAST logs
-its episode row (the keys of `EnvironmentLoop`, counted in `episodes` and `steps` at that moment),
-calls `on_episode_end`, and is reset while the others go on.
+in `EnvironmentLoop`). Environments end their episodes independently: one that reaches LAST logs its
+episode row (the keys of `EnvironmentLoop`), calls `on_episode_end`, and is reset while the others
+go on. `steps` is counted on every step (N at a time), so the count is always the environment steps
+taken; `episodes` at each episode end.
 
 Stopping: `should_stop` and `request_stop` are looked at after the episode ends of a step (and
 before the first step); `num_steps` ends the run at the first episode end once that many steps were
 taken. The environments that are in the middle of an episode then drop it (`agent.drop_episode`):
-the transitions their adders already wrote stay in replay, and their steps are counted (`steps`
-only). With one environment every stop falls on an episode end, so nothing is ever dropped and the
-loop acts, observes, counts and logs exactly like `EnvironmentLoop` (tested against a stored run).
+the transitions their adders already wrote stay in replay. With one environment every stop falls on
+an episode end, so nothing is ever dropped and the loop acts, observes, counts and logs like
+`EnvironmentLoop` (a training run is tested bit for bit against a stored one).
 """
 
 from __future__ import annotations
@@ -24,13 +25,24 @@ from typing import Any, Protocol
 
 import dm_env
 import numpy as np
+import tree
 
-from dmpo.acting import stack_observations
 from dmpo.runners.environment_loop import _add_reward, _check_count, _plain_return
 from dmpo.utils.counting import Counter
 from dmpo.utils.logging import Logger, make_logger
 
-__all__ = ["BatchedAgent", "VectorEnvironmentLoop"]
+__all__ = ["BatchedAgent", "VectorEnvironmentLoop", "lockstep_env_seeds", "stack_observations"]
+
+
+def stack_observations(observations: Sequence[Any]) -> Any:
+    """N (possibly nested) observations -> one nest of `[N, ...]` arrays (the batched policy's input)."""
+    return tree.map_structure(lambda *xs: np.stack(xs), *observations)
+
+
+def lockstep_env_seeds(seed: int, num_envs: int) -> list[int]:
+    """Seeds of `num_envs` lockstep environments from one node seed: environment 0 keeps `seed` (so one
+    environment is built exactly as before), environment i > 0 gets `SeedSequence([seed, i])`'s."""
+    return [seed] + [int(np.random.SeedSequence([seed, i]).generate_state(1)[0]) for i in range(1, num_envs)]
 
 
 class BatchedAgent(Protocol):
@@ -134,6 +146,7 @@ class VectorEnvironmentLoop:
                 if timesteps[i].last():
                     ended.append(i)
             steps += n
+            self._counter.increment(steps=n)
             for i in ended:
                 self._finish(i, episodes[i], select_share[i], step_time[i])
                 select_share[i] = step_time[i] = 0.0
@@ -141,16 +154,13 @@ class VectorEnvironmentLoop:
                 break
             for i in ended:
                 timesteps[i], episodes[i] = self._reset(i)
-        unfinished = [i for i in range(n) if not timesteps[i].last()]
-        for i in unfinished:
-            self._agent.drop_episode(i)
-        dropped = sum(episodes[i].length for i in unfinished)
-        if dropped:
-            self._counter.increment(steps=dropped)
+        for i in range(n):
+            if not timesteps[i].last():
+                self._agent.drop_episode(i)
         return steps
 
     def _finish(self, index: int, episode: _Episode, select_duration: float, step_duration: float) -> None:
-        counts = self._counter.increment(episodes=1, steps=episode.length)
+        counts = self._counter.increment(episodes=1)
         duration = time.perf_counter() - episode.start
         row: dict[str, Any] = {
             "episode_length": episode.length,
