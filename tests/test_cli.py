@@ -28,6 +28,8 @@ def run_cli(argv, capsys):
         (["--steps", "0"], "TrainConfig.steps"),
         (["--env", "cartpole"], "TrainConfig.env"),
         (["--eval-episodes", "0"], "TrainConfig.eval_episodes"),  # crashed at the first evaluation
+        (["--num-envs", "0"], "TrainConfig.num_envs"),
+        (["--num-envs", "257"], "TrainConfig.num_envs"),
     ],
 )
 def test_invalid_train_arguments_name_the_field(argv, field, capsys, tmp_path):
@@ -96,17 +98,28 @@ def test_train_eval_plot_end_to_end(tmp_path):
 
 @pytest.mark.ray
 def test_distributed_train_and_resume_from_the_command_line(tmp_path):
-    """`dmpo train --actors 2` on a private local Ray cluster keeps the TrainConfig and checkpoints."""
+    """`dmpo train --actors 2 --num-envs 4` (8 environments) on a private local Ray cluster keeps the
+    TrainConfig, checkpoints, and resumes from its checkpoint with a larger budget."""
+    import json
+
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "dmpo.cli"]
     env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
     common = ["--action-repeat", "8", "--eval-episodes", "1", *TINY]
-    first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--run-dir", str(run), *common],
-                           capture_output=True, text=True, timeout=600, env=env)
+    first = subprocess.run([*cli, "train", "--actors", "2", "--num-envs", "4", "--steps", "400", "--run-dir",
+                            str(run), *common], capture_output=True, text=True, timeout=600, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "finished:" in first.stdout
-    assert (run / "config.json").read_text().count('"actors": 2') == 1  # the whole TrainConfig is kept
-    assert any((run / "checkpoints").iterdir())
+    saved = (run / "config.json").read_text()
+    assert saved.count('"actors": 2') == 1 and saved.count('"num_envs": 4') == 1  # the whole TrainConfig
+    checkpoints = sorted((run / "checkpoints").glob("step_*"))
+    before = json.loads((checkpoints[-1] / "state.json").read_text())["counts"]["actor_steps"]
+    assert before >= 400
+    resumed = subprocess.run([*cli, "train", "--resume", str(run), "--steps", str(before + 500)],
+                             capture_output=True, text=True, timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = json.loads((sorted((run / "checkpoints").glob("step_*"))[-1] / "state.json").read_text())
+    assert after["counts"]["actor_steps"] >= before + 500 and after["learner_steps"] > 0
 
 
 def gym_snapshot(tmp_path, env_name="gym:InvertedPendulum-v5"):
