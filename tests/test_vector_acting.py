@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from acting_reference import REFERENCE_FILE, reference_run
+from acting_reference import REFERENCE_FILE, fake_factory, reference_run
 from dmpo.acting import BatchedActor
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import FakeEnvironment
@@ -161,3 +161,35 @@ def test_train_with_eight_environments_checkpoints_and_resumes_exactly(tmp_path)
     for a, b in zip(jax.tree_util.tree_leaves(state_full), jax.tree_util.tree_leaves(state_resumed),
                     strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_pixel_environments_each_feed_the_frame_deduplicating_table():
+    from dmpo.agent import DMPO
+    from dmpo.envs import make
+    from dmpo.replay import FrameStackTable
+
+    environments = [make("dmc:cartpole-swingup", seed=s, pixels=True, image_size=32, action_repeat=8)
+                    for s in (0, 1, 2)]  # 125-step episodes
+    config = DMPOConfig(batch_size=8, samples_per_insert=8.0, min_replay_size=100, max_replay_size=1000,
+                        n_step=3, learner=LearnerConfig(num_samples=2),
+                        networks=NetworkConfig(policy_layer_sizes=(16,), critic_layer_sizes=(16,),
+                                               num_atoms=5, observation_network="drq", init_scale=1.0))
+    counter = Counter(time_delta=0.0)
+    with DMPO(make_environment_spec(environments[0]), config, seed=0, counter=counter, num_envs=3) as agent:
+        assert isinstance(agent.table, FrameStackTable)
+        VectorEnvironmentLoop(environments, agent, logger=NoOpLogger()).run(num_steps=1)
+        stats = agent.table.stats()
+        assert stats.size == 3 * (125 + 3 - 1)  # three whole episodes, one adder each
+        assert counter.get_counts()["steps"] == 3 * 125 - 100 + 1  # the schedule counts env steps
+        # Each environment is its own stream of stacks: still about one stored frame per item.
+        assert stats.bytes_per_item < 0.25 * 2 * 3 * (32 * 32 * 3)
+
+
+def test_overlapped_learner_with_four_environments(tmp_path):
+    from dmpo.runners.local import train
+
+    config = TrainConfig(env="test:fake", steps=300, seed=1, eval_every=0, checkpoint_every=0, num_envs=4,
+                         overlap_learner=True, agent=TINY)
+    summary = train(config, tmp_path / "run", env_factory=fake_factory, progress=False, quiet=True)
+    assert summary["env_steps"] >= 300 and summary["env_steps"] % 4 == 0
+    assert summary["counts"]["learner_steps"] > 0
