@@ -41,6 +41,8 @@ def run_cli(argv, capsys):
         (["--actors", "2", "--learner-resources", '{"GPU": 1}'], "--learner-resources must map custom"),
         (["--actors", "2", "--replay-resources", '{"head": -1}'], "--replay-resources must map custom"),
         (["--actor-resources", '{"worker": 1}'], "--actor-resources, --learner-resources and"),
+        (["--num-envs", "0"], "--num-envs must be an integer in [1, 256], got 0"),
+        (["--num-envs", "257"], "--num-envs must be an integer in [1, 256], got 257"),
     ],
 )
 def test_invalid_train_arguments_name_the_flag_in_one_line(argv, message, capsys, tmp_path):
@@ -382,3 +384,29 @@ def test_file_system_problems_are_one_line_naming_the_path(tmp_path, capsys):
         code, output = run_cli(argv, capsys)
         assert code == 2 and expected in output, (argv, output)
         assert output.strip().count("\n") == 0 and output.startswith("dmpo: error:"), (argv, output)
+
+
+@pytest.mark.ray
+def test_distributed_num_envs_train_checkpoint_and_resume_from_the_command_line(tmp_path):
+    """`dmpo train --actors 2 --num-envs 4` (8 environments) on a private local Ray cluster keeps the
+    TrainConfig, checkpoints, and resumes from its checkpoint with a larger budget."""
+    import json
+
+    run = tmp_path / "run"
+    cli = [sys.executable, "-m", "dmpo.cli"]
+    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
+    common = ["--action-repeat", "8", "--eval-episodes", "1", *TINY]
+    first = subprocess.run([*cli, "train", "--actors", "2", "--num-envs", "4", "--steps", "400", "--run-dir",
+                            str(run), *common], capture_output=True, text=True, timeout=600, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "finished:" in first.stdout
+    saved = (run / "config.json").read_text()
+    assert saved.count('"actors": 2') == 1 and saved.count('"num_envs": 4') == 1  # the whole TrainConfig
+    checkpoints = sorted((run / "checkpoints").glob("step_*"))
+    before = json.loads((checkpoints[-1] / "state.json").read_text())["counts"]["actor_steps"]
+    assert before >= 400
+    resumed = subprocess.run([*cli, "train", "--resume", str(run), "--steps", str(before + 500)],
+                             capture_output=True, text=True, timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = json.loads((sorted((run / "checkpoints").glob("step_*"))[-1] / "state.json").read_text())
+    assert after["counts"]["actor_steps"] >= before + 500 and after["learner_steps"] > 0

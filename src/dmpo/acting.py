@@ -7,11 +7,16 @@ the replay keeps the raw sample, which the MPO action penalty needs to see (spec
 
 Randomness is `fold_in(key, step)`: an actor's stream depends only on its seed and how many actions
 it has taken, so a resumed run draws the same actions as an uninterrupted one.
+
+`BatchedActor` is the behaviour actor of training in both modes: it acts for N environments stepped
+in lockstep with one jitted policy call per step, and keeps one random stream and one n-step adder
+per environment. Environment 0's stream is the one a single-environment actor of the same seed
+draws (`env_keys`), so N = 1 is bit-identical to acting one environment at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dm_env
@@ -19,7 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dmpo.config import MAX_NUM_ENVS
 from dmpo.networks import DMPONetworks, PolicyParams
+from dmpo.runners.vector_loop import stack_observations
 
 PolicyFn = Callable[[PolicyParams, jax.Array, Any, Any], jax.Array]
 ParamsSource = Callable[[], PolicyParams]
@@ -43,6 +50,94 @@ def make_policy_fns(networks: DMPONetworks) -> tuple[PolicyFn, Callable[[PolicyP
         return mean[0]
 
     return jax.jit(sample_fn), jax.jit(mean_fn)
+
+
+def env_keys(seed: int, num_envs: int) -> np.ndarray:
+    """Per-environment PRNG keys `[num_envs, 2]`: environment 0 gets `PRNGKey(seed)` (the stream of a
+    single-environment actor), environment i > 0 gets `PRNGKey(SeedSequence([seed, i]))`, so no two
+    environments share a stream and adding environments never changes the earlier ones' streams."""
+    seeds = [seed] + [int(np.random.SeedSequence([seed, i]).generate_state(1)[0]) for i in range(1, num_envs)]
+    return np.stack([np.asarray(jax.random.PRNGKey(s)) for s in seeds])
+
+
+def make_batched_sample_fn(networks: DMPONetworks) -> Callable[[PolicyParams, Any, Any, Any], jax.Array]:
+    """Jitted `sample_fn(params, keys[N], steps[N], observations[N, ...]) -> actions[N, D]`: one policy
+    call for the batch; environment i's noise is drawn from `fold_in(keys[i], steps[i])` with the
+    shape a single-observation call draws (`[1, D]`), so each row equals `make_policy_fns`' sample."""
+
+    def sample_fn(params: PolicyParams, keys: jax.Array, steps: Any, observations: Any) -> jax.Array:
+        mean, stddev = networks.apply_policy(params, observations)
+
+        def noise(key: jax.Array, step: Any) -> jax.Array:
+            return jax.random.normal(jax.random.fold_in(key, step), (1, *mean.shape[1:]), mean.dtype)[0]
+
+        return mean + stddev * jax.vmap(noise)(keys, steps)
+
+    return jax.jit(sample_fn)
+
+
+class BatchedActor:
+    """The behaviour actor for N lockstep environments (module docstring); `adders[i]` receives
+    environment i's experience (None: act only). Parameters are refreshed like `Actor`'s.
+
+    `num_actions` is the lockstep step count, i.e. every environment's position in its random
+    stream (part of a checkpoint). With one environment, the single-environment methods
+    (`select_action`, `observe_first(timestep)`, `observe(action, timestep)`) make it a drop-in for
+    `Actor` in an `EnvironmentLoop`.
+    """
+
+    def __init__(self, networks: DMPONetworks, params_source: ParamsSource, *, seed: int,
+                 adders: Sequence[Any], update_period: int = 1) -> None:
+        if update_period < 1:
+            raise ValueError(f"update_period must be a positive integer, got {update_period!r}")
+        if not 1 <= len(adders) <= MAX_NUM_ENVS:
+            raise ValueError(f"a BatchedActor needs 1 to {MAX_NUM_ENVS} adders (one per environment), "
+                             f"got {len(adders)}")
+        self._sample_fn = make_batched_sample_fn(networks)
+        self._params_source = params_source
+        self._source_value = params_source()
+        self._params = jax.device_put(self._source_value)
+        self._keys = jax.device_put(env_keys(seed, len(adders)))
+        self._adders = list(adders)
+        self._update_period = update_period
+        self._calls_since_update = 0
+        self.num_actions = 0
+
+    @property
+    def num_envs(self) -> int:
+        return len(self._adders)
+
+    def select_actions(self, observations: Any) -> np.ndarray:
+        """Actions `[N, D]` for the stacked observations `[N, ...]` of all environments."""
+        steps = np.full((self.num_envs,), self.num_actions, np.uint32)
+        actions = self._sample_fn(self._params, self._keys, steps, observations)
+        self.num_actions += 1
+        return np.asarray(actions)
+
+    def select_action(self, observation: Any) -> np.ndarray:
+        return self.select_actions(stack_observations([observation]))[0]
+
+    def observe_first(self, timestep: dm_env.TimeStep, env: int = 0) -> None:
+        if self._adders[env] is not None:
+            self._adders[env].add_first(timestep)
+
+    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep, env: int = 0) -> None:
+        if self._adders[env] is not None:
+            self._adders[env].add(action, next_timestep)
+
+    def drop_episode(self, env: int) -> None:
+        """Forgets environment `env`'s unfinished episode (its emitted transitions stay in replay)."""
+        if self._adders[env] is not None:
+            self._adders[env].reset()
+
+    def update(self, wait: bool = False) -> None:
+        self._calls_since_update += 1
+        if wait or self._calls_since_update >= self._update_period:
+            self._calls_since_update = 0
+            value = self._params_source()
+            if value is not self._source_value:  # copy to the device only when the source changed
+                self._source_value = value
+                self._params = jax.device_put(value)
 
 
 class Actor:

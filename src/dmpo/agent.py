@@ -57,11 +57,13 @@ class DMPO:
       logger: receives the learner's metrics after each step.
       counter: receives the learner's `steps` and `walltime`.
       overlap_learner: run the learner on its own thread (see module docstring).
+      num_envs: environments acted in lockstep (`VectorEnvironmentLoop`): one n-step adder each,
+        one batched policy call per step; `observe_first`/`observe` take the environment's index.
     """
 
     def __init__(self, environment_spec: EnvironmentSpec, config: DMPOConfig | None = None, *,
                  networks: DMPONetworks | None = None, seed: int = 0, logger: Any = None, counter: Any = None,
-                 overlap_learner: bool = False) -> None:
+                 overlap_learner: bool = False, num_envs: int = 1) -> None:
         config = config if config is not None else DMPOConfig()
         builder = DMPOBuilder(config, environment_spec, networks=networks)
         if config.samples_per_insert is None:
@@ -78,7 +80,8 @@ class DMPO:
         # Synchronous: MinSize(1), update() holds the ratio (spec §2). Overlapped: the distributed limiter.
         self.table = builder.make_table(builder.make_rate_limiter("ratio" if overlap_learner else "local"),
                                         seed=table_seed)
-        self.adder = builder.make_adder(self.table)
+        self.adders = builder.make_adders(self.table, num_envs)
+        self.adder = self.adders[0]
         self._iterator = builder.make_dataset(self.table, prefetch=overlap_learner)
         handoff = BatchSlot()
         self.learner = builder.make_learner(handoff if overlap_learner else self._iterator, seed=learner_seed,
@@ -87,7 +90,7 @@ class DMPO:
         self._published_params = self.learner.policy_params_on_device(online=True)
         source = ((lambda: self._published_params) if overlap_learner
                   else lambda: self.learner.policy_params_on_device(online=True))
-        self.actor = builder.make_actor(source, seed=actor_seed, adder=self.adder)
+        self.actor = builder.make_actor(source, seed=actor_seed, adders=self.adders)
         self.num_observations = 0
         self.learning_starts = config.min_observations
         """Observation count of the first learner step; later after a resume that found no replay."""
@@ -110,15 +113,22 @@ class DMPO:
     def select_action(self, observation: Any) -> np.ndarray:
         return self.actor.select_action(observation)
 
-    def observe_first(self, timestep: dm_env.TimeStep) -> None:
-        self._raise_learner_error()
-        self.actor.observe_first(timestep)
+    def select_actions(self, observations: Any) -> np.ndarray:
+        """Actions `[N, D]` for all lockstep environments' stacked observations (one policy call)."""
+        return self.actor.select_actions(observations)
 
-    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
+    def observe_first(self, timestep: dm_env.TimeStep, env: int = 0) -> None:
+        self._raise_learner_error()
+        self.actor.observe_first(timestep, env=env)
+
+    def drop_episode(self, env: int) -> None:
+        self.actor.drop_episode(env)
+
+    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep, env: int = 0) -> None:
         self._raise_learner_error()
         self.num_observations += 1
         try:
-            self.actor.observe(action, next_timestep)
+            self.actor.observe(action, next_timestep, env=env)
         except TableClosedError:
             self._raise_learner_error()  # the failed learner thread closed the table (see _learner_loop)
             raise

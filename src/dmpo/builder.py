@@ -155,12 +155,22 @@ class DMPOBuilder:
         return Learner(self.networks, self.environment_spec, self.config.learner, batches, seed=seed,
                        logger=logger, counter=counter)
 
-    def make_actor(self, params_source: Callable[[], Any], *, seed: int, adder: Any = None,
-                   update_period: int = 1) -> Any:
-        """The behaviour policy (a Gaussian sample per step) feeding `adder`."""
-        from dmpo.acting import Actor
+    def make_adders(self, writer: Any, num_envs: int) -> list[NStepTransitionAdder]:
+        """One n-step adder per environment, all writing into `writer` (each keeps its own episode)."""
+        return [self.make_adder(writer) for _ in range(num_envs)]
 
-        return Actor(self.networks, params_source, seed=seed, adder=adder, update_period=update_period)
+    def make_actor(self, params_source: Callable[[], Any], *, seed: int, adder: Any = None,
+                   adders: Any = None, update_period: int = 1) -> Any:
+        """The behaviour policy (a Gaussian sample per step and environment, `acting.BatchedActor`)
+        feeding `adders` (one per lockstep environment) or `adder` (one environment)."""
+        from dmpo.acting import BatchedActor
+
+        if adders is None:
+            adders = [adder]
+        elif adder is not None:
+            raise ValueError("give make_actor either adder (one environment) or adders, not both")
+        return BatchedActor(self.networks, params_source, seed=seed, adders=adders,
+                            update_period=update_period)
 
     def make_evaluation_actor(self, params_source: Callable[[], Any], *, seed: int,
                               update_period: int = 1) -> Any:

@@ -258,6 +258,11 @@ AGENT_PRESETS: dict[str, Callable[[], DMPOConfig]] = {
 """`dmpo train --preset NAME`: the agent config a run starts from before its flags apply."""
 
 
+MAX_NUM_ENVS = 256
+"""Most environments one actor steps in lockstep (`TrainConfig.num_envs`): beyond this the batched
+policy call stops paying and one slow environment holds back too many others."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A whole training run: task, budget, evaluation, checkpoints and the agent's config."""
@@ -303,6 +308,10 @@ class TrainConfig:
     `dmpo[wandb]` / `dmpo[mlflow]`; `dmpo.trackers`)."""
     track_project: str = "dmpo"
     """The W&B project or the MLflow experiment name."""
+    num_envs: int = 1
+    """Environments each actor steps in lockstep with one batched policy call per step (at most
+    MAX_NUM_ENVS); with `actors` > 0 the run acts in actors·num_envs environments. `steps` and the
+    learning schedule count environment steps of all of them."""
     agent: DMPOConfig = dataclasses.field(default_factory=control_suite_preset)
     """The agent; default: `control_suite_preset()` (two values differ from the reference, see there)."""
 
@@ -324,6 +333,9 @@ class TrainConfig:
                self.track)
         _check(isinstance(self.track_project, str) and bool(self.track_project), "TrainConfig.track_project",
                "a non-empty name", self.track_project)
+        _check(isinstance(self.num_envs, int) and not isinstance(self.num_envs, bool)
+               and 1 <= self.num_envs <= MAX_NUM_ENVS, "TrainConfig.num_envs",
+               f"an integer in [1, {MAX_NUM_ENVS}]", self.num_envs)
         _check(not (self.overlap_learner and self.actors), "TrainConfig.overlap_learner",
                "False when actors > 0 (the distributed learner always runs on its own node)",
                self.overlap_learner)

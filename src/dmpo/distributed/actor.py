@@ -4,7 +4,10 @@ Per step: `select_action` with the builder's behaviour policy (a Gaussian sample
 step → the builder's n-step adder → `BatchedWriter` → `RemoteReplayWriter` (one remote call per
 batch, bounded in flight, so the rate limiter's backpressure stops this loop) → `actor.update()` →
 the variable client, which fetches the learner's target policy every `variable_update_period` steps
-without waiting for it.
+without waiting for it. With `num_envs` = N > 1 the node steps N environments in lockstep
+(`dmpo.runners.vector_loop`): one batched policy call per step, one adder per environment, all into
+the one writer; environment i is built with `lockstep_env_seeds(seed, N)[i]` (environment 0 with the
+node's seed, as with one environment).
 
 The node is a threaded Ray actor: `run()` loops over episodes on one thread while `stop()` and
 `stats()` answer on another. `run()` returns (after finishing its current episode) once `stop()` is
@@ -28,6 +31,7 @@ from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_log
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.replay_client import RemoteReplayWriter
 from dmpo.distributed.variables import AsyncVariableClient
+from dmpo.runners.vector_loop import lockstep_env_seeds
 
 
 class ActorNode:
@@ -37,7 +41,7 @@ class ActorNode:
                  counter_service: Any, *, persist_logs: bool, insert_batch_size: int = 32,
                  max_inserts_in_flight: int = 2, total_steps: int | None = None) -> None:
         from dmpo.replay import BatchedWriter
-        from dmpo.runners.environment_loop import EnvironmentLoop
+        from dmpo.runners.vector_loop import VectorEnvironmentLoop
 
         builder = settings.builder
         self.index = index
@@ -50,13 +54,13 @@ class ActorNode:
                                           should_stop=self._stop.is_set)
         self._batcher = BatchedWriter(self._writer, insert_batch_size, signature=builder.signature)
         # update_period=1: the variable client itself decides when to fetch (every call is cheap).
-        self._adder = builder.make_adder(self._batcher)
-        self._actor = builder.make_actor(self._variables, seed=seed, adder=self._adder)
+        self._adders = builder.make_adders(self._batcher, settings.num_envs)  # one per environment
+        self._actor = builder.make_actor(self._variables, seed=seed, adders=self._adders)
         self._counter = make_child_counter(counter_service, "actor", settings.counter_time_delta)
         self._logger = make_node_logger("actor", settings.run_dir if persist_logs else None,
                                         time_delta=settings.log_time_delta)
-        self._make_loop = lambda environment: EnvironmentLoop(
-            environment, self._actor, self._counter, self._logger, label="actor",
+        self._make_loop = lambda environments: VectorEnvironmentLoop(
+            environments, self._actor, self._counter, self._logger, label="actor",
             should_stop=self._stop.is_set, on_episode_end=self._count_episode)
         self.steps = 0
         self.episodes = 0
@@ -70,18 +74,21 @@ class ActorNode:
 
     def describe(self) -> dict[str, Any]:
         """What this node built (parity tests): its adder's settings, signature and budget."""
-        adder = self._adder
-        return {"adder_class": type(adder).__name__, "n_step": adder.n_step,
-                "discount": float(adder.discount), "signature": self._settings.builder.signature,
-                "total_steps": self._total_steps}
+        adder = self._adders[0]
+        return {"num_adders": len(self._adders), "adder_class": type(adder).__name__,
+                "n_step": adder.n_step, "discount": float(adder.discount),
+                "signature": self._settings.builder.signature, "total_steps": self._total_steps}
 
     def run(self, max_steps: int | None = None) -> dict[str, Any]:
         """Acts until `stop()` or until at least `max_steps` steps of this node; returns `stats()`."""
         try:
             # Built on the thread that steps it: a pixel environment's OpenGL context belongs to the
             # thread that created it, and Ray runs methods on other threads than the constructor's.
-            environment = self._settings.env_factory(self.seed)
-            self._make_loop(environment).run(num_steps=max_steps)
+            environments = [self._settings.env_factory(s)
+                            for s in lockstep_env_seeds(self.seed, self._settings.num_envs)]
+            counted = self.steps
+            taken = self._make_loop(environments).run(num_steps=max_steps)
+            self.steps = counted + taken  # with N > 1 also the steps of the episodes dropped at the stop
             self._batcher.flush()
             self._writer.flush()
         finally:

@@ -36,6 +36,8 @@ class NodeSettings:
     run_dir: str
     seed: int
     variable_update_period: int = 1000
+    num_envs: int = 1
+    """Environments each actor node steps in lockstep (`TrainConfig.num_envs`)."""
     counter_time_delta: float = 1.0
     log_time_delta: float = 10.0
 

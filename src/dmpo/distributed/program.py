@@ -196,7 +196,8 @@ class DistributedProgram:
         config, opts = self.config, self.options
         self._settings = NodeSettings(
             builder=self.builder, env_factory=self.env_factory, run_dir=str(self.run_dir), seed=self.seed,
-            variable_update_period=opts.variable_update_period, log_time_delta=opts.log_time_delta)
+            variable_update_period=opts.variable_update_period, log_time_delta=opts.log_time_delta,
+            num_envs=config.num_envs)
         self.counter = RemoteCounterService.remote()
         replay_config = ReplayServiceConfig(
             seed=node_seed(self.seed, _ROLE_REPLAY),

@@ -13,6 +13,12 @@ resuming from that one continues training but starts a new episode. A checkpoint
 contents (`save_replay=False`) resumes with an empty table, and learning waits for
 `min_observations` fresh observations again (`DMPO.restart_learning`).
 
+Lockstep environments (`num_envs` = N > 1, `dmpo.runners.vector_loop`): every segment re-creates all
+N environments, environment i from `segment_seed(seed, episode index, i)`. A segment ends at the first
+episode end (of any environment) after a checkpoint boundary; the other environments' unfinished
+episodes are dropped there (their transitions stay in replay) and start afresh in the next segment.
+An uninterrupted run does the same at every checkpoint, so a resumed run again repeats it exactly.
+
 `TrainConfig`'s periods mean the same here as in the distributed program: `checkpoint_every` and
 `eval_every` are environment steps (one checkpoint or evaluation per crossed boundary, at the next
 episode end), `DMPOConfig.checkpoint=False` writes no checkpoint at all.
@@ -39,7 +45,8 @@ from dmpo.interrupts import CriticalCalls, annotate, interrupt_on_signals
 from dmpo.networks import DMPONetworks
 from dmpo.runlock import run_lock
 from dmpo.runners.checkpoints import TrainingCheckpoints
-from dmpo.runners.environment_loop import EnvironmentLoop, evaluate
+from dmpo.runners.environment_loop import evaluate
+from dmpo.runners.vector_loop import VectorEnvironmentLoop
 from dmpo.runs import RunDirectory, new_run_path
 from dmpo.snapshot import save_policy
 from dmpo.task_setup import prepare_task, saved_config
@@ -53,9 +60,12 @@ from dmpo.videos import camera_render_fn, rendering_factory, video_path
 _EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
 
 
-def segment_seed(seed: int, episode_index: int) -> int:
-    """Environment seed for the segment that starts at `episode_index` (see module docstring)."""
-    return int(np.random.SeedSequence([seed, episode_index]).generate_state(1)[0])
+def segment_seed(seed: int, episode_index: int, env_index: int = 0) -> int:
+    """Environment seed for the segment that starts at `episode_index` (see module docstring);
+    lockstep environment `env_index` > 0 (`num_envs`) gets `SeedSequence([seed, episode_index,
+    env_index])`'s, environment 0 the single-environment seed."""
+    entropy = [seed, episode_index] if env_index == 0 else [seed, episode_index, env_index]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 class LocalTrainer:
@@ -105,7 +115,7 @@ class LocalTrainer:
                                           extra_sinks=sinks("learner"))
         self.agent = DMPO(self.spec, config.agent, networks=networks, seed=config.seed,
                           logger=self.learner_logger, counter=self.learner_counter,
-                          overlap_learner=config.overlap_learner)
+                          overlap_learner=config.overlap_learner, num_envs=config.num_envs)
         self.checkpoints = (TrainingCheckpoints(run.checkpoints_dir, keep=config.keep_checkpoints)
                             if config.agent.checkpoint else None)
         self._last_checkpoint_step: int | None = None
@@ -309,16 +319,18 @@ class LocalTrainer:
         return steps >= self.config.steps or checkpoint_due or self.callbacks.run.stop_requested
 
     def _run_segment(self) -> None:
-        env = self.env_factory(segment_seed(self.config.seed, self.episodes))
+        envs = [self.env_factory(segment_seed(self.config.seed, self.episodes, i))
+                for i in range(self.config.num_envs)]
         # An interrupt waits for the end of the agent call it arrives in (dmpo.interrupts.critical).
-        loop = EnvironmentLoop(env, CriticalCalls(self.agent), self.actor_counter, self.loop_logger,
-                               should_stop=self._segment_done, on_episode_end=self._on_episode_end)
+        loop = VectorEnvironmentLoop(envs, CriticalCalls(self.agent), self.actor_counter, self.loop_logger,
+                                     should_stop=self._segment_done, on_episode_end=self._on_episode_end)
         try:
             loop.run()
         finally:
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+            for env in envs:
+                close = getattr(env, "close", None)
+                if close is not None:
+                    close()
 
     def _on_episode_end(self, row: dict[str, Any]) -> None:
         self.episodes += 1
