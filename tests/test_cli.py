@@ -197,7 +197,7 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     with open(run / "logs" / "evaluator" / "logs.csv") as handle:
         rows = list(csv.DictReader(handle))
     local_columns = {"return_mean", "return_std", "return_min", "return_max", "length_mean", "actor_steps",
-                     "learner_steps", "evaluator_episodes", "evaluator_steps"}
+                     "learner_steps", "evaluator_episodes", "evaluator_steps", "wall_seconds"}
     assert local_columns <= set(rows[0]) and "episode_return" not in rows[0]
     # One row per round of two episodes: at the 250 (and, past 500 steps, the 500) boundary and the end,
     # whose row counts every step of the run.
@@ -230,6 +230,8 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     with open(run / "logs" / "evaluator" / "logs.csv") as handle:
         after = list(csv.DictReader(handle))
     assert len(after) > len(rows) and int(after[-1]["actor_steps"]) >= 700
+    # The run's wall clock goes on from the checkpoint's (time to score reads it from these rows).
+    assert float(after[-1]["wall_seconds"]) > float(rows[-1]["wall_seconds"]) > 0
     assert load_policy(run).metadata["actor_steps"] >= 700
 
 

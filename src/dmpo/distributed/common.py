@@ -9,6 +9,7 @@ so no JAX object ever crosses a process boundary — only numpy.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,13 @@ class NodeSettings:
     """Environments each actor node steps in lockstep (`TrainConfig.num_envs`)."""
     counter_time_delta: float = 1.0
     log_time_delta: float = 10.0
+    wall_origin: float | None = None
+    """`time.time()` at which the run's wall clock reads 0 (the driver's start less the wall seconds of
+    the checkpoint it resumed from): evaluation rows' and checkpoints' `wall_seconds` count from it."""
+
+    def wall_seconds(self) -> float:
+        """The run's wall-clock seconds so far, as the single-process trainer counts them."""
+        return 0.0 if self.wall_origin is None else time.time() - self.wall_origin
 
     @property
     def config(self) -> Any:

@@ -77,7 +77,8 @@ class EvaluatorNode:
         self.returns.extend((version, float(value)) for value in result["episode_returns"])
         self._counter.increment(episodes=self._episodes_per_round, steps=int(sum(result["episode_lengths"])))
         counts = self._counter.sync()  # the totals of every node, this round's episodes included
-        row = {**{key: value for key, value in result.items() if np.isscalar(value)}, **counts}
+        row = {**{key: value for key, value in result.items() if np.isscalar(value)}, **counts,
+               "wall_seconds": self._settings.wall_seconds()}  # as the local trainer's rows (time to score)
         self._logger.write(row)
         self._rows.append(row)
         self._round_params[len(self._rows) - 1] = self._variables.params

@@ -142,7 +142,7 @@ class LearnerNode:
             state = CheckpointState(
                 env_steps=env_steps, learner_steps=steps, counts=counts, num_observations=env_steps,
                 learning_starts=self._learning_starts, episodes=int(counts.get("actor_episodes", 0)),
-                evaluations=self.evaluations, distributed=True)
+                evaluations=self.evaluations, distributed=True, wall_seconds=self._settings.wall_seconds())
             table = _RemoteTable(self._replay) if self._save_replay else None
             return str(self._checkpoints.save(env_steps, learner_state, state.to_json(), table))
 

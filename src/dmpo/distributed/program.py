@@ -149,6 +149,7 @@ class DistributedProgram:
         probe.close()
         restored = self._restored_state()
         steps = restored.env_steps if restored is not None else 0
+        self._wall_offset = restored.wall_seconds if restored is not None else 0.0
         self.evaluations = restored.evaluations if restored is not None else 0
         self._next_checkpoint = (next_boundary(steps, config.checkpoint_every)
                                  if config.checkpoint_every and config.agent.checkpoint else None)
@@ -197,7 +198,7 @@ class DistributedProgram:
         self._settings = NodeSettings(
             builder=self.builder, env_factory=self.env_factory, run_dir=str(self.run_dir), seed=self.seed,
             variable_update_period=opts.variable_update_period, log_time_delta=opts.log_time_delta,
-            num_envs=config.num_envs)
+            num_envs=config.num_envs, wall_origin=time.time() - self._wall_offset)
         self.counter = RemoteCounterService.remote()
         replay_config = ReplayServiceConfig(
             seed=node_seed(self.seed, _ROLE_REPLAY),
