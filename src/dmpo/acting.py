@@ -76,7 +76,30 @@ def make_batched_sample_fn(networks: DMPONetworks) -> Callable[[PolicyParams, An
     return jax.jit(sample_fn)
 
 
-class BatchedActor:
+class _FollowsParams:
+    """What both actors share: acting parameters read from `params_source` on `update()` (every call,
+    or every `update_period` calls) and copied to the device only when the source changed."""
+
+    def _follow(self, params_source: ParamsSource, update_period: int) -> None:
+        if update_period < 1:
+            raise ValueError(f"update_period must be a positive integer, got {update_period!r}")
+        self._params_source = params_source
+        self._source_value = params_source()
+        self._params = jax.device_put(self._source_value)
+        self._update_period = update_period
+        self._calls_since_update = 0
+
+    def update(self, wait: bool = False) -> None:
+        self._calls_since_update += 1
+        if wait or self._calls_since_update >= self._update_period:
+            self._calls_since_update = 0
+            value = self._params_source()
+            if value is not self._source_value:  # copy to the device only when the source changed
+                self._source_value = value
+                self._params = jax.device_put(value)
+
+
+class BatchedActor(_FollowsParams):
     """The behaviour actor for N lockstep environments (module docstring); `adders[i]` receives
     environment i's experience (None: act only). Parameters are refreshed like `Actor`'s.
 
@@ -88,19 +111,13 @@ class BatchedActor:
 
     def __init__(self, networks: DMPONetworks, params_source: ParamsSource, *, seed: int,
                  adders: Sequence[Any], update_period: int = 1) -> None:
-        if update_period < 1:
-            raise ValueError(f"update_period must be a positive integer, got {update_period!r}")
+        self._follow(params_source, update_period)
         if not 1 <= len(adders) <= MAX_NUM_ENVS:
             raise ValueError(f"a BatchedActor needs 1 to {MAX_NUM_ENVS} adders (one per environment), "
                              f"got {len(adders)}")
         self._sample_fn = make_batched_sample_fn(networks)
-        self._params_source = params_source
-        self._source_value = params_source()
-        self._params = jax.device_put(self._source_value)
         self._keys = jax.device_put(env_keys(seed, len(adders)))
         self._adders = list(adders)
-        self._update_period = update_period
-        self._calls_since_update = 0
         self.num_actions = 0
 
     @property
@@ -130,17 +147,9 @@ class BatchedActor:
         if self._adders[env] is not None:
             self._adders[env].reset()
 
-    def update(self, wait: bool = False) -> None:
-        self._calls_since_update += 1
-        if wait or self._calls_since_update >= self._update_period:
-            self._calls_since_update = 0
-            value = self._params_source()
-            if value is not self._source_value:  # copy to the device only when the source changed
-                self._source_value = value
-                self._params = jax.device_put(value)
 
 
-class Actor:
+class Actor(_FollowsParams):
     """Selects actions with a policy read from `params_source` and writes experience to `adder`.
 
     `params_source()` is called on every `update()` (single-process: the learner's live online
@@ -150,17 +159,11 @@ class Actor:
 
     def __init__(self, networks: DMPONetworks, params_source: ParamsSource, *, seed: int, adder: Any = None,
                  deterministic: bool = False, update_period: int = 1) -> None:
-        if update_period < 1:
-            raise ValueError(f"update_period must be a positive integer, got {update_period!r}")
+        self._follow(params_source, update_period)
         self._sample_fn, self._mean_fn = make_policy_fns(networks)
-        self._params_source = params_source
-        self._source_value = params_source()
-        self._params = jax.device_put(self._source_value)
         self._key = jax.random.PRNGKey(seed)
         self._adder = adder
         self._deterministic = deterministic
-        self._update_period = update_period
-        self._calls_since_update = 0
         self.num_actions = 0
 
     def select_action(self, observation: Any) -> np.ndarray:
@@ -179,11 +182,3 @@ class Actor:
         if self._adder is not None:
             self._adder.add(action, next_timestep)
 
-    def update(self, wait: bool = False) -> None:
-        self._calls_since_update += 1
-        if wait or self._calls_since_update >= self._update_period:
-            self._calls_since_update = 0
-            value = self._params_source()
-            if value is not self._source_value:  # copy to the device only when the source changed
-                self._source_value = value
-                self._params = jax.device_put(value)
