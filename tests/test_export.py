@@ -128,4 +128,6 @@ def test_export_of_a_trained_run_reproduces_its_policy(tmp_path):
     (actions,) = session.run(["action"], {"observation": np.stack([flatten_observation(o) for o in obs])})
     np.testing.assert_allclose(actions, np.stack([policy(o) for o in obs]), rtol=0, atol=1e-5)
     metadata = session.get_modelmeta().custom_metadata_map
-    assert metadata["env"] == "test:fake" and json.loads(metadata["action_minimum"]) == [-1.0, -1.0]
+    # The trainer records a Python factory by its qualified name (`dmpo.envs.entry_points`).
+    assert metadata["env"] == dmpo.load_policy(tmp_path / "run").metadata["env"]
+    assert metadata["env"].startswith("python:") and json.loads(metadata["action_minimum"]) == [-1.0, -1.0]

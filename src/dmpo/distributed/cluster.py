@@ -132,6 +132,9 @@ def start_local_cluster(num_cpus: int | None = None, *,
         _restore_environment()
         raise
     info = context.address_info
+    # Ray makes the folders it creates world-writable (0777), the temp root given to it included:
+    # back to owner-only, now that every process of the cluster (all this user's) has started.
+    os.chmod(temp_root, 0o700)
     if info.get("session_dir"):
         os.chmod(info["session_dir"], 0o700)
     return ClusterInfo(address=info["address"], session_dir=info.get("session_dir"), owned=True,
