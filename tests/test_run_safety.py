@@ -151,12 +151,21 @@ def test_run_paths_that_cannot_hold_a_run_are_named(tmp_path):
 
 
 def test_sigterm_and_sighup_raise_interrupted_with_shell_exit_codes():
-    for signum, code in [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)]:
-        with pytest.raises(KeyboardInterrupt) as raised, interrupt_on_signals():
-            os.kill(os.getpid(), signum)  # Python runs the handler before the next bytecode
-        assert isinstance(raised.value, Interrupted) == (signum != signal.SIGINT)
-        assert exit_code(raised.value) == code
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+    # From a new process's handlers (earlier tests in this process may have left others, e.g. the
+    # SIGTERM handler `ray.init` installs and `ray.shutdown` does not take back).
+    defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_DFL,
+                signal.SIGINT: signal.default_int_handler}
+    before = {signum: signal.signal(signum, handler) for signum, handler in defaults.items()}
+    try:
+        for signum, code in [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)]:
+            with pytest.raises(KeyboardInterrupt) as raised, interrupt_on_signals():
+                os.kill(os.getpid(), signum)  # Python runs the handler before the next bytecode
+            assert isinstance(raised.value, Interrupted) == (signum != signal.SIGINT)
+            assert exit_code(raised.value) == code
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def test_a_signal_ignored_at_start_stays_ignored():

@@ -20,7 +20,10 @@ def test_gym_mujoco_video_follows_the_body_by_default():
     """gymnasium films HalfCheetah with a free camera that the cheetah runs out of; the model's
     `track` camera follows it."""
     env = make("gym:HalfCheetah-v5", seed=0, render=True)
-    gym_env = env._environment._environment._gym_env  # Single precision > canonical actions > adapter
+    gym_env = env
+    while not hasattr(gym_env, "_gym_env"):  # down the pipeline's wrappers to the gymnasium adapter
+        gym_env = gym_env._environment
+    gym_env = gym_env._gym_env
     render = camera_render_fn()
     env.reset()
     frame = render(env)
