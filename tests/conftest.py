@@ -1,7 +1,8 @@
 """Test-wide settings: headless rendering and a persistent XLA compilation cache.
 
 Many tests build small learners whose jitted update has the same HLO; the on-disk cache lets each
-shape compile once per machine instead of once per test.
+shape compile once per machine instead of once per test. The cache is also named in the environment
+(CACHE_ENV), so that `dmpo` subprocesses and Ray workers started by the tests share it.
 """
 
 import os
@@ -12,5 +13,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import jax  # noqa: E402
 
 _CACHE = pathlib.Path(os.environ.get("DMPO_TEST_JAX_CACHE", pathlib.Path.home() / ".cache" / "dmpo-test-xla"))
+CACHE_ENV = {"JAX_COMPILATION_CACHE_DIR": str(_CACHE), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5"}
+for _name, _value in CACHE_ENV.items():
+    os.environ.setdefault(_name, _value)
 jax.config.update("jax_compilation_cache_dir", str(_CACHE))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

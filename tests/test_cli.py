@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -102,11 +103,18 @@ TINY = ["--agent.networks.policy-layer-sizes", "8", "--agent.networks.critic-lay
         "--agent.samples-per-insert", "16"]
 
 
+def jax_cache_env() -> dict[str, str]:
+    """The tests' persistent XLA cache (conftest.py), for a subprocess started with a minimal environment."""
+    names = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+    return {name: os.environ[name] for name in names}
+
+
 def test_train_eval_plot_end_to_end(tmp_path):
+
     """The real command as a user runs it (cartpole with action repeat 8: 125-step episodes)."""
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "dmpo.cli"]
-    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
+    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin", **jax_cache_env()}
     train = subprocess.run([*cli, "train", "--steps", "250", "--action-repeat", "8", "--eval-every", "250",
                             "--eval-episodes", "1", "--checkpoint-every", "125", "--video-every", "250",
                             "--run-dir", str(run),
@@ -173,7 +181,7 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
 
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "dmpo.cli"]
-    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
+    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin", **jax_cache_env()}
     episode = 125  # cartpole with action repeat 8
     common = ["--action-repeat", "8", "--eval-episodes", "2", "--eval-every", "250", *TINY]
     first = subprocess.run([*cli, "train", "--actors", "2", "--steps", "400", "--video-every", "400",
@@ -396,7 +404,7 @@ def test_distributed_num_envs_train_checkpoint_and_resume_from_the_command_line(
 
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "dmpo.cli"]
-    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin"}
+    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin", **jax_cache_env()}
     common = ["--action-repeat", "8", "--eval-episodes", "1", *TINY]
     first = subprocess.run([*cli, "train", "--actors", "2", "--num-envs", "4", "--steps", "400", "--run-dir",
                             str(run), *common], capture_output=True, text=True, timeout=600, env=env)

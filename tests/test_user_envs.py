@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -211,7 +212,9 @@ def test_entry_point_trains_with_actors(tmp_path):
     ray_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO,
-                              env={"PATH": "/usr/bin:/bin", "MUJOCO_GL": "egl", "RAY_TMPDIR": ray_dir})
+                              env={"PATH": "/usr/bin:/bin", "MUJOCO_GL": "egl", "RAY_TMPDIR": ray_dir,
+                                   **{k: os.environ[k] for k in ("JAX_COMPILATION_CACHE_DIR",
+                                                                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}})
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
