@@ -228,8 +228,13 @@ def test_blocked_calls_are_woken_by_the_other_side():
 
 
 def test_close_wakes_blocked_calls():
-    table = Table(SIGNATURE, 10, SampleToInsertRatio(1.0, 1, (0.0, 2.0)))
-    table.insert_batch(batch([1, 2]))
+    # One table per side: on a single table a blocked sample and a blocked insert_batch admit each
+    # other's items in turn (partial admission), so both are blocked at once only for a moment, and
+    # waiting for that moment is a race. Alone, each stays blocked until close().
+    limiter = SampleToInsertRatio(1.0, 1, (0.0, 2.0))
+    sampled, inserted = Table(SIGNATURE, 10, limiter), Table(SIGNATURE, 10, limiter)
+    for table in (sampled, inserted):
+        table.insert_batch(batch([1, 2]))  # diff 2: 2 samples admitted, no insert (3 - 0 > 2)
     errors = []
 
     def call(fn, *args):
@@ -238,13 +243,16 @@ def test_close_wakes_blocked_calls():
         except TableClosedError as err:
             errors.append(str(err))
 
-    threads = [_start(call, table.sample, 5), _start(call, table.insert_batch, batch([1, 2, 3, 4, 5]))]
-    _wait_for(lambda: table.stats().waiting_samples == 1 and table.stats().waiting_inserts == 1)
-    table.close()
+    threads = [_start(call, sampled.sample, 5), _start(call, inserted.insert_batch, batch([1, 2, 3, 4, 5]))]
+    _wait_for(lambda: sampled.stats().waiting_samples == 1 and inserted.stats().waiting_inserts == 1)
+    assert (sampled.stats().samples, inserted.stats().inserts) == (2, 2)  # blocked after what was admitted
+    sampled.close()
+    inserted.close()
     for thread in threads:
         thread.join(5)
         assert not thread.is_alive()
     assert len(errors) == 2 and all("closed" in e for e in errors)
+    table = sampled
     with pytest.raises(TableClosedError):
         table.insert({"x": np.int64(0)})
     assert table.stats().closed

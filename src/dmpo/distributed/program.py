@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory, next_boundary
 from dmpo.callbacks import Callback
@@ -199,7 +200,10 @@ class DistributedProgram:
             builder=self.builder, env_factory=self.env_factory, run_dir=str(self.run_dir), seed=self.seed,
             variable_update_period=opts.variable_update_period, log_time_delta=opts.log_time_delta,
             num_envs=config.num_envs, wall_origin=time.time() - self._wall_offset)
-        self.counter = RemoteCounterService.remote()
+        # The counters are the driver's: on a multi-node cluster, pin them to the driver's node, so that
+        # losing a worker node (and the actors on it) never takes the run's counts with it.
+        driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.counter = RemoteCounterService.options(scheduling_strategy=driver_node).remote()
         replay_config = ReplayServiceConfig(
             seed=node_seed(self.seed, _ROLE_REPLAY),
             max_concurrent_inserts=config.actors * opts.max_inserts_in_flight + 1,
