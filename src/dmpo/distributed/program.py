@@ -299,9 +299,18 @@ class DistributedProgram:
             self.request_checkpoint()
         elif period is not None and time.monotonic() - self._last_save_time >= period:
             self.request_checkpoint()
+        self._evaluate_crossed_boundaries(steps)
+
+    def _evaluate_crossed_boundaries(self, steps: int) -> None:
+        """One evaluation round per `eval_every` boundary crossed, as in one process, even when the
+        counts jumped past several between two polls (a short run can end before the first poll):
+        a run makes the same number of evaluation rows whatever the driver's timing. (Checkpoints,
+        whose folders are named by step, are taken once.)"""
         if self._next_eval is not None and steps >= self._next_eval:
+            crossed = (steps - self._next_eval) // self.config.eval_every + 1
             self._next_eval = next_boundary(steps, self.config.eval_every)
-            self._request_evaluation(steps)
+            for _ in range(crossed):
+                self._request_evaluation(steps)
 
     def request_checkpoint(self) -> None:
         """Asks the learner for a checkpoint (after the previous one is written: one at a time)."""
@@ -469,9 +478,10 @@ class DistributedProgram:
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
         if self.evaluator is not None:
             final_step = int((counts or self.counts).get("actor_steps", 0))
-            if (status == "finished" and self.config.eval_every and self._last_eval_step != final_step
-                    and not self.events.stop_requested):
-                self._request_evaluation(final_step)  # the final evaluation, as in one process
+            if status == "finished" and self.config.eval_every and not self.events.stop_requested:
+                self._evaluate_crossed_boundaries(final_step)  # those crossed since the last poll
+                if self._last_eval_step != final_step:
+                    self._request_evaluation(final_step)  # the final evaluation, as in one process
             try:
                 self.evaluator.finish.remote(self._requests_sent)
             except Exception:  # the node is already gone
