@@ -173,6 +173,10 @@ def test_writer_backpressure_and_prefetching_sampler_obey_the_ratio(cluster):
     )
     assert stats.inserts == 18 and thread.is_alive()
     assert writer.in_flight <= 2  # the actor-side bound: its loop waits instead of queueing more
+    # The wait under way counts while it lasts (a benchmark window reads it mid-wait).
+    first = writer.blocked_seconds
+    time.sleep(0.3)
+    assert writer.blocked_seconds >= first + 0.3 and thread.is_alive()
 
     builder = fake_builder(batch_size=4, prefetch_size=2)
     stream = builder.make_dataset(RemoteTableSampler(replay), prefetch=True, num_workers=2, poll_interval=0.1)

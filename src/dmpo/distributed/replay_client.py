@@ -37,7 +37,15 @@ class RemoteReplayWriter:
         self._should_stop = should_stop or (lambda: False)
         self._pending: collections.deque[Any] = collections.deque()
         self.items_sent = 0  # submitted to the replay node (applied or still in flight)
-        self.blocked_seconds = 0.0
+        self._blocked_seconds = 0.0  # waits that have ended
+        self._blocked_since: float | None = None  # start of the wait under way
+
+    @property
+    def blocked_seconds(self) -> float:
+        """Time spent waiting for the replay node, the wait under way included (so that a reading
+        taken mid-wait, e.g. by a benchmark's window, never counts a long wait twice or late)."""
+        since = self._blocked_since
+        return self._blocked_seconds + (time.monotonic() - since if since is not None else 0.0)
 
     def insert_batch(self, items: Any, priorities: Any = None, timeout: float | None = None) -> None:
         del timeout  # the wait below is bounded by should_stop instead
@@ -58,16 +66,19 @@ class RemoteReplayWriter:
         return len(self._pending)
 
     def _wait_until_fewer_than(self, limit: int) -> None:
-        start = time.monotonic()
-        while len(self._pending) >= limit:
-            oldest = self._pending[0]
-            ready, _ = ray.wait([oldest], timeout=self._poll_seconds)
-            if ready:
-                self._pending.popleft()
-                ray.get(oldest)  # re-raises a failed insert here
-            elif self._should_stop():
-                break
-        self.blocked_seconds += time.monotonic() - start
+        start = self._blocked_since = time.monotonic()
+        try:
+            while len(self._pending) >= limit:
+                oldest = self._pending[0]
+                ready, _ = ray.wait([oldest], timeout=self._poll_seconds)
+                if ready:
+                    self._pending.popleft()
+                    ray.get(oldest)  # re-raises a failed insert here
+                elif self._should_stop():
+                    break
+        finally:
+            self._blocked_seconds += time.monotonic() - start
+            self._blocked_since = None
 
 
 class RemoteTableSampler:
