@@ -61,8 +61,9 @@ def test_callbacks_run_in_the_driver_stop_the_program_and_keep_the_best_policy(t
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "finished" and info["status_reason"] == result.stop_reason
     kinds = [kind for kind, _ in recorder.events]
-    # A round asked for before the stop was seen may still finish (and be reported) while stopping.
-    assert kinds[0] == "start" and kinds[-1] == "end" and 1 <= kinds.count("evaluation") <= 2, kinds
+    # The driver sends the next round only after the callbacks saw the previous row: the stop comes
+    # after the first round, as in one process, however many boundaries the actors crossed meanwhile.
+    assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("evaluation") == 1, kinds
     assert "checkpoint" in kinds  # the checkpoint asked for at the 100-step boundary
     rows = [value for kind, value in recorder.events if kind == "evaluation"]
     assert rows[0]["actor_steps"] >= 100 and set(rows[0]) >= {"return_mean", "return_std", "learner_steps"}

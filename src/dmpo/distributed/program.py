@@ -127,6 +127,8 @@ class DistributedProgram:
         self.evaluation_rows: list[dict[str, Any]] = []
         self._rows = EvaluationRows(self._on_evaluation)
         self._requests_sent = 0
+        self._eval_queue: list[int] = []  # env steps of rounds asked for, not yet sent to the evaluator
+        self._rounds_in_flight = 0  # sent to the current evaluator node, its row not back yet
         self._snapshot_ref: Any = None
         self._evaluator_generation = 0
         self.counts: dict[str, Any] = {}
@@ -273,6 +275,7 @@ class DistributedProgram:
         self._evaluator_ref = self.evaluator.run.remote()
         self._rows.reset(self.evaluator)
         self._requests_sent = 0  # to this evaluator node
+        self._rounds_in_flight = 0
 
     # ----------------------------------------------------------------------------------------- poll
 
@@ -327,8 +330,20 @@ class DistributedProgram:
             self.evaluations += 1
             self._last_eval_step = steps
             self.evaluation_steps.append(steps)
-            self.evaluator.request.remote(steps)
+            self._eval_queue.append(steps)
+            self._send_evaluations()
+
+    def _send_evaluations(self, everything: bool = False) -> None:
+        """Sends the evaluator the next round asked for once the previous round's row has reached the
+        driver (`everything`: every round queued, when stopping). One round at a time, because the
+        callbacks act on each row before the next round begins: a stop they ask for (e.g.
+        --stop-at-return) ends the run after that round, as in one process, and not after every round
+        queued while the row travelled. Costs at most one monitoring pass of evaluator time per round."""
+        while self._eval_queue and self.evaluator is not None and (everything or (
+                not self._rounds_in_flight and not self.events.stop_requested)):
+            self.evaluator.request.remote(self._eval_queue.pop(0))
             self._requests_sent += 1
+            self._rounds_in_flight += 1
 
     def _learner_finished(self) -> bool:
         ready, _ = ray.wait([self._learner_ref], timeout=0)
@@ -400,6 +415,10 @@ class DistributedProgram:
         self.evaluation_rows.append(row)
         self.save_snapshot()
         self.events.on_evaluation(self.evaluator, index, row)
+        # A periodic round's row (ProgramOptions.evaluator_period_seconds) also counts: at worst two
+        # rounds are then in flight.
+        self._rounds_in_flight = max(self._rounds_in_flight - 1, 0)
+        self._send_evaluations()
 
     def save_snapshot(self, wait: bool = False) -> None:
         """Asks the learner for the policy snapshot (one at a time); `wait` for it to be written."""
@@ -482,6 +501,10 @@ class DistributedProgram:
                 self._evaluate_crossed_boundaries(final_step)  # those crossed since the last poll
                 if self._last_eval_step != final_step:
                     self._request_evaluation(final_step)  # the final evaluation, as in one process
+                self._send_evaluations(everything=True)
+            # Otherwise rounds not yet sent are dropped: an interrupt or a callback's stop ends the run
+            # after the round under way.
+            self._eval_queue.clear()
             try:
                 self.evaluator.finish.remote(self._requests_sent)
             except Exception:  # the node is already gone
