@@ -12,6 +12,7 @@ network code is not stored in the file and cannot be rebuilt from it.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -127,9 +128,10 @@ def load_policy(path: str | os.PathLike[str], *, deterministic: bool = True, see
     env_spec = environment_spec_from_dict(payload["environment_spec"])
     network_config = config_from_dict(payload["network_config"], NetworkConfig)
     networks = make_networks(env_spec, network_config)
-    template = init_params(networks, env_spec, jax.random.PRNGKey(0))
+    # Only the structure is needed: shapes alone, without computing (or compiling) an initialisation.
+    template = jax.eval_shape(functools.partial(init_params, networks, env_spec), jax.random.PRNGKey(0))
     template = {"observation": template.observation, "policy": template.policy}
-    restored = serialization.from_state_dict(jax.device_get(template), payload["params"])
+    restored = serialization.from_state_dict(template, payload["params"])
     params = PolicyParams(observation=restored["observation"], policy=restored["policy"])
     return LoadedPolicy(env_spec, network_config, params, payload.get("metadata", {}),
                         deterministic=deterministic, seed=seed)
