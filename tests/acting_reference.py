@@ -5,13 +5,20 @@ vectorized acting (issue 23).
 steps, so checkpoint boundaries fall inside episodes and the environment is re-created per segment)
 and returns a digest of its final checkpoint: sha256 of the learner state's leaves (params,
 optimizer state, step, key), sha256 of the replay contents, the counters, the actor's action count,
-and a few float values to show how far apart two runs are when the hashes differ.
+and a few float values to show how far apart two runs are when the hashes differ;
+`learner_values(directory)` returns every leaf of that learner state.
 
-    .venv/bin/python tests/acting_reference.py   # rewrites tests/data/acting_reference_n1.json
+XLA rounds float32 differently on different CPU families (AVX-512 on the Intel Xeons against AVX2 on
+the AMD EPYCs these machines come with): the same code gives one learner hash per CPU model. The
+stored file therefore holds one digest per CPU model, every one made with the code of one commit
+from before the change (`made_at_commit`), and the full learner values of one of them, which a run
+on a CPU model not yet recorded is compared with to float32 tolerance.
 
-The stored file names the commit it was made at. Rewrite it only when a change is *meant* to alter
-the N = 1 trajectory (the commit message must say why). XLA on another CPU family may round
-differently; the file records the CPU it was made on.
+    # from a checkout of the commit before the change, with this file and the stored one beside it:
+    PYTHONPATH=<that checkout>/src .venv/bin/python tests/acting_reference.py --add-cpu
+
+adds the digest of this machine's CPU model (and rewrites nothing else). Make a new file only when a
+change is *meant* to alter the N = 1 trajectory (the commit message must say why).
 """
 
 from __future__ import annotations
@@ -93,23 +100,47 @@ def reference_run(directory: Path, **overrides: Any) -> dict[str, Any]:
     return checkpoint_digest(TrainingCheckpoints(directory / "checkpoints").latest(), config)
 
 
+def learner_values(directory: Path, **overrides: Any) -> dict[str, list]:
+    """Every leaf of the run's final learner state, as nested lists (floats and integers)."""
+    config = reference_config(**overrides)
+    checkpoint = TrainingCheckpoints(directory / "checkpoints").latest()
+    learner_state, _, _ = TrainingCheckpoints.load(checkpoint, learner_template(config))
+    return {jax.tree_util.keystr(path): np.asarray(leaf).tolist()
+            for path, leaf in jax.tree_util.tree_flatten_with_path(learner_state)[0]}
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as cpuinfo:
+        return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
+                    platform.processor())
+
+
 def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         digest = reference_run(Path(tmp) / "run")
+        values = learner_values(Path(tmp) / "run")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip()
-    with open("/proc/cpuinfo") as cpuinfo:
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
-                   platform.processor())
-    record = {"made_at_commit": commit, "cpu": cpu, "jax": jax.__version__, "digest": digest}
     if "--print" in sys.argv:
-        print(json.dumps(record, indent=2, sort_keys=True))
+        print(json.dumps({"cpu": cpu_model(), "made_at_commit": commit, "digest": digest}, indent=2))
         return
-    REFERENCE_FILE.parent.mkdir(exist_ok=True)
-    REFERENCE_FILE.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {REFERENCE_FILE}")
+    if "--add-cpu" not in sys.argv:
+        sys.exit("usage: tests/acting_reference.py --print | --add-cpu (see the module docstring)")
+    import dmpo
+
+    code = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(dmpo.__file__).parent).stdout.strip()
+    record = json.loads(REFERENCE_FILE.read_text())
+    if code != record["made_at_commit"]:
+        sys.exit(f"dmpo is imported from commit {code}; the stored digests were made at "
+                 f"{record['made_at_commit']} (set PYTHONPATH to a checkout of it)")
+    record["digests"][cpu_model()] = digest
+    record.setdefault("values", values)
+    record.setdefault("values_cpu", cpu_model())
+    REFERENCE_FILE.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"added {cpu_model()!r} to {REFERENCE_FILE}")
 
 
 if __name__ == "__main__":

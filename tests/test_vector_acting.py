@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from acting_reference import REFERENCE_FILE, fake_factory, reference_run
+from acting_reference import REFERENCE_FILE, cpu_model, fake_factory, learner_values, reference_run
 from dmpo.acting import BatchedActor
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import FakeEnvironment
@@ -33,10 +33,24 @@ from dmpo.utils.logging import NoOpLogger
 def test_one_environment_trains_bit_identically_to_the_stored_reference(tmp_path):
     stored = json.loads(REFERENCE_FILE.read_text())
     digest = reference_run(tmp_path / "run")
-    assert digest["learner_sha256"] == stored["digest"]["learner_sha256"], (
-        f"N = 1 no longer reproduces the run stored at {stored['made_at_commit']} on {stored['cpu']}: "
-        f"first values now {digest['first_values']}, stored {stored['digest']['first_values']}")
-    assert digest == stored["digest"]
+    values = learner_values(tmp_path / "run")
+    # What no CPU changes: the counts, the episodes, the replay's counters.
+    for key in ("counts", "env_steps", "episodes", "num_actions", "replay_counters"):
+        assert {digest[key] == d[key] for d in stored["digests"].values()} == {True}, key
+    # Every learner leaf within float32 rounding of the stored run (another CPU family rounds the
+    # same computation differently: about 1e-7 apart after this run; another trajectory is 1e-4 away).
+    assert values.keys() == stored["values"].keys()
+    for name, want in stored["values"].items():
+        np.testing.assert_allclose(np.asarray(values[name], np.float64), np.asarray(want, np.float64),
+                                   rtol=1e-4, atol=2e-6, err_msg=name)
+    cpu = cpu_model()
+    if cpu not in stored["digests"]:
+        pytest.skip(f"no bit-exact digest recorded for CPU model {cpu!r} (within float32 tolerance "
+                    "it matches): add one with tests/acting_reference.py --add-cpu")
+    assert digest["learner_sha256"] == stored["digests"][cpu]["learner_sha256"], (
+        f"N = 1 no longer reproduces the run stored at {stored['made_at_commit']} on {cpu}: "
+        f"first values now {digest['first_values']}, stored {stored['digests'][cpu]['first_values']}")
+    assert digest == stored["digests"][cpu]
 
 
 class ListWriter:
