@@ -177,7 +177,9 @@ def test_summarise_groups_by_task_and_config(tmp_path):
     untimed = make_run(tmp_path / "b0", seed=0, returns=(5.0, 5.0))
     RunDirectory.open(untimed).update_info(resumes=[{"time": "x", "command": []}])  # wall time unknown
     results.append(read_run(untimed, "reference"))
-    (default, reference) = summarise(results, resamples=1000, seed=0)
+    # 10,000 resamples: about 370 repeat the highest seed, where 1,000 gave about 37 against the 26 that a
+    # 97.5% bound needs, and a different random stream could land under it.
+    (default, reference) = summarise(results, resamples=10_000, seed=0)
     assert (default.config, default.seeds) == ("default", (0, 1, 2))
     assert default.final_returns == (100.0, 300.0, 200.0)
     assert default.final_mean == pytest.approx(200.0)

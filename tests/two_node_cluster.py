@@ -17,6 +17,7 @@ A separate process keeps the test's own environment and Ray state untouched by t
 
 from __future__ import annotations
 
+import os
 import sys
 
 import psutil
@@ -40,6 +41,11 @@ def ray_workers(node) -> list[str]:
 
 
 def main(temp_dir: str) -> None:
+    # `Cluster` records the head's address in <system temp>/ray/ray_current_cluster whatever temp_dir
+    # says, and fails where that folder does not exist (a fresh machine where Ray never ran with its
+    # default folder). Ray's own variable puts that file under this cluster's folder instead.
+    os.environ["RAY_TMPDIR"] = temp_dir
+    os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={
         "node_ip_address": "127.0.0.1", "num_cpus": 1, "include_dashboard": False, "resources": {"head": 2},
         "temp_dir": temp_dir})
