@@ -19,6 +19,7 @@ intervals, and performance profiles.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -75,6 +76,21 @@ def _iqm_and_mean(scores: np.ndarray) -> np.ndarray:
     return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
 
 
+@contextlib.contextmanager
+def _global_numpy_seed(seed: int):
+    """Seed numpy's global generator for the block, then put the caller's state back.
+
+    rliable 1.2's `StratifiedBootstrap.update_indices` draws its resamples with `np.random.choice`, not
+    the `random_state` handed to arch, so without this an interval depends on whatever used the global
+    generator before (a test's bound changed with the order the suite ran in)."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
 def _estimates(scores: np.ndarray, reps: int, seed: int) -> dict[str, Estimate]:
     """IQM and mean of a (runs, tasks) matrix, with stratified-bootstrap intervals from 3 runs on."""
     runs = scores.shape[0]
@@ -82,7 +98,8 @@ def _estimates(scores: np.ndarray, reps: int, seed: int) -> dict[str, Estimate]:
     if runs < MIN_SEEDS:
         return {"iqm": Estimate(float(points[0]), None, runs), "mean": Estimate(float(points[1]), None, runs)}
     library, _ = _rliable()
-    with warnings.catch_warnings():  # arch 7 deprecates the random_state rliable 1.2 passes it
+    with warnings.catch_warnings(), _global_numpy_seed(seed):
+        # arch 7 deprecates the random_state rliable 1.2 passes it
         warnings.simplefilter("ignore", FutureWarning)
         _, intervals = library.get_interval_estimates(
             {"x": scores}, _iqm_and_mean, reps=reps, confidence_interval_size=CONFIDENCE,
@@ -155,13 +172,9 @@ def plot_performance_profile(values: Mapping[str, Mapping[str, Mapping[int, floa
     if not scores:
         return None
     tau = np.linspace(0.0, 1.0, 101)
-    state = np.random.get_state()
-    np.random.seed(0)  # create_performance_profile draws from NumPy's global generator
-    try:
+    with _global_numpy_seed(0):  # create_performance_profile draws from NumPy's global generator
         profiles, bands = library.create_performance_profile(scores, tau, reps=reps,
                                                              confidence_interval_size=CONFIDENCE)
-    finally:
-        np.random.set_state(state)
     figure = Figure(figsize=(6.4, 4.2), layout="constrained")
     FigureCanvasAgg(figure)
     ax = figure.subplots()
