@@ -228,6 +228,7 @@ def test_kill_9_of_the_trainer_then_resume_repeats_the_uninterrupted_run(tmp_pat
     finally:
         if reference.poll() is None:
             reference.kill()
+            reference.wait(timeout=60)  # reaped, so no process outlives the test
         reference_log.close()
 
 
