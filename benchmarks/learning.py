@@ -1,7 +1,7 @@
 """Learning benchmark: `dmpo train` on tasks × seeds × presets at one budget, then a results table.
 
     .venv/bin/python benchmarks/learning.py --tasks dmc:cartpole-swingup dmc:walker-walk dmc:cheetah-run \\
-        --seeds 0 1 2 --steps 100000 --preset default reference --out bench/dmc-100k
+        --seeds 0 1 2 --steps 100000 --preset fast reference --out bench/dmc-100k
     .venv/bin/python benchmarks/learning.py --out bench/dmc-100k --summarise-only
     .venv/bin/python benchmarks/learning.py --tasks gym:HalfCheetah-v5 --seeds 0 1 2 --out bench/gym \\
         -- --agent.networks.vmin -500 --agent.networks.vmax 1500   # after `--`: flags for every run
@@ -76,20 +76,33 @@ from dmpo.time_to_score import (
     time_to_score_markdown,
 )
 
-# A preset is a named set of extra `dmpo train` flags; adding one is adding a line.
+# A preset is a named set of extra `dmpo train` flags; adding one is adding a line. The first three are
+# `dmpo train --preset NAME` itself; the others are the points of the time-to-score grid (issue 24,
+# BENCHMARKS.md "Time to score"), each one change to `fast`, kept so that their folders stay readable.
 PRESETS: dict[str, tuple[str, ...]] = {
-    # `dmpo train`'s own agent, `control_suite_preset()` (learning rates 3e-4, policy target period 25).
-    "default": (),
-    # The reference's `DMPOConfig()`: the three values the preset changes, set back.
-    "reference": ("--agent.learner.policy-learning-rate", "1e-4", "--agent.learner.critic-learning-rate",
-                  "1e-4", "--agent.learner.target-policy-update-period", "100"),
-    # `dmpo train --preset fast` (`sample_efficient_preset()`), spelled out so that the tables show it.
-    "fast": ("--agent.samples-per-insert", "128", "--agent.networks.critic-layer-sizes", "256", "256", "256",
-             "--agent.learner.sgd-steps-per-call", "4"),
+    # `dmpo train`'s default (`sample_efficient_preset()`: samples per insert 128, critic 256-256-256).
+    "fast": ("--preset", "fast"),
+    # `control_suite_preset()`: the reference's values but learning rates 3e-4, policy target period 25.
+    "control": ("--preset", "control"),
+    # The reference's `DMPOConfig()`.
+    "reference": ("--preset", "reference"),
+    # Fewer actions sampled per next state (N = 10 instead of 20): half the target-critic rows.
+    "fast-n10": ("--preset", "fast", "--agent.learner.num-samples", "10"),
+    # Larger learning rates, policy and critic (TD3's 1e-3 instead of 3e-4).
+    "fast-lr1e-3": ("--preset", "fast", "--agent.learner.policy-learning-rate", "1e-3",
+                    "--agent.learner.critic-learning-rate", "1e-3"),
+    # One update per env step (SAC's ratio) on a smaller critic, 256-256, to pay for it.
+    "fast-spi256": ("--preset", "fast", "--agent.samples-per-insert", "256",
+                    "--agent.networks.critic-layer-sizes", "256", "256"),
+    # MPO's decoupled trust region (Abdolmaleki et al., 2018): a looser bound on the mean's KL (4x),
+    # the standard deviation's kept tight, so that the mean can move faster without collapsing exploration.
+    "fast-eps-mean": ("--preset", "fast", "--agent.learner.mpo.epsilon-mean", "0.01"),
 }
+DEFAULT_PRESET = "fast"
+"""What the tool runs without --preset: `dmpo train`'s own default."""
 # Set by the tool itself for every run, so they may not appear among the extra flags.
-_OWN_FLAGS = ("--env", "--seed", "--steps", "--eval-every", "--eval-episodes", "--run-dir", "--resume",
-              "--progress", "--no-progress", "--actors")
+_OWN_FLAGS = ("--preset", "--env", "--seed", "--steps", "--eval-every", "--eval-episodes", "--run-dir",
+              "--resume", "--progress", "--no-progress", "--actors")
 
 
 def train_settings(task: str, seed: int | str, args: argparse.Namespace, preset: str,
@@ -121,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=100_000,
                         help="environment steps per run (default 100000)")
     parser.add_argument("--preset", nargs="+", metavar="NAME", help=f"one or more of {list(PRESETS)} "
-                        "(default: default)")
+                        f"(default: {DEFAULT_PRESET})")
     parser.add_argument("--out", type=Path, required=True, help="benchmark folder, e.g. bench/dmc-100k")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
     parser.add_argument("--eval-every", type=int, default=10_000, help="steps between evaluations (10000)")
@@ -170,19 +183,35 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     if own:
         parser.error(f"the flags after `--` may not set {own}: the benchmark sets {list(_OWN_FLAGS)} itself")
     if not args.summarise_only:
-        args.preset = args.preset or ["default"]
+        args.preset = args.preset or [DEFAULT_PRESET]
         args.seeds = [0, 1, 2] if args.seeds is None else args.seeds
     return args, extra
 
 
-def check_train_flags(flags: Sequence[str], what: str) -> None:
-    """Parses `flags` as `dmpo train` would (into a TrainConfig); exits naming `what` if they are refused."""
+def train_config(flags: Sequence[str]):
+    """The TrainConfig `dmpo train FLAGS` would run: `--preset NAME` (if given) picks the agent the other
+    flags apply to, as in `dmpo.cli`. Raises SystemExit (tyro's message printed) or ConfigError."""
     import tyro
 
-    from dmpo.config import ConfigError, TrainConfig
+    from dmpo.config import AGENT_PRESETS, TrainConfig
+
+    flags, preset = list(flags), None
+    if "--preset" in flags:
+        at = flags.index("--preset")
+        preset = flags[at + 1] if at + 1 < len(flags) else None
+        del flags[at:at + 2]
+    if preset is not None and preset not in AGENT_PRESETS:
+        raise SystemExit(f"unknown agent preset {preset!r}; `dmpo train` has {list(AGENT_PRESETS)}")
+    default = TrainConfig(agent=AGENT_PRESETS[preset]()) if preset else TrainConfig()
+    return tyro.cli(TrainConfig, args=flags, default=default, prog="dmpo train")
+
+
+def check_train_flags(flags: Sequence[str], what: str) -> None:
+    """Parses `flags` as `dmpo train` would (into a TrainConfig); exits naming `what` if they are refused."""
+    from dmpo.config import ConfigError
 
     try:
-        tyro.cli(TrainConfig, args=list(flags), prog="dmpo train")
+        train_config(flags)
     except SystemExit as error:  # tyro has printed what it refused
         raise SystemExit(f"learning.py: error: `dmpo train` refuses the flags of {what}: "
                          f"{shlex.join(flags)}") from error

@@ -3,6 +3,7 @@ the results files, and the launcher's planning, scheduling and argument errors â
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -280,15 +281,25 @@ def test_run_all_runs_jobs_at_once_and_reports_failures(tmp_path, monkeypatch):
 
 
 def test_presets_are_dmpo_trains_own_presets(learning):
-    import tyro
-
     def agent(preset):
-        return tyro.cli(TrainConfig, args=list(learning.PRESETS[preset])).agent
+        return learning.train_config(learning.PRESETS[preset]).agent
 
-    assert agent("default") == control_suite_preset()
+    assert agent("fast") == sample_efficient_preset() == TrainConfig().agent
+    assert learning.DEFAULT_PRESET == "fast"
+    assert agent("control") == control_suite_preset()
     assert agent("reference") == DMPOConfig()
-    assert agent("fast") == sample_efficient_preset()
-    assert set(learning.PRESETS) == set(AGENT_PRESETS)
+    assert set(AGENT_PRESETS) <= set(learning.PRESETS)
+    # The grid points: each one change to `fast`, the one its name says.
+    fast = sample_efficient_preset()
+    assert agent("fast-n10") == dataclasses.replace(
+        fast, learner=dataclasses.replace(fast.learner, num_samples=10))
+    assert agent("fast-lr1e-3") == dataclasses.replace(fast, learner=dataclasses.replace(
+        fast.learner, policy_learning_rate=1e-3, critic_learning_rate=1e-3))
+    assert agent("fast-spi256") == dataclasses.replace(
+        fast, samples_per_insert=256.0,
+        networks=dataclasses.replace(fast.networks, critic_layer_sizes=(256, 256)))
+    assert agent("fast-eps-mean") == dataclasses.replace(fast, learner=dataclasses.replace(
+        fast.learner, mpo=dataclasses.replace(fast.learner.mpo, epsilon_mean=0.01)))
 
 
 @pytest.mark.parametrize("argv, option", [
@@ -311,7 +322,7 @@ def test_argument_errors_name_the_option(learning, capsys, tmp_path, monkeypatch
 
 
 def test_bad_train_flags_fail_before_anything_starts(learning, tmp_path):
-    with pytest.raises(SystemExit, match="refuses the flags of --preset default with the flags after"):
+    with pytest.raises(SystemExit, match="refuses the flags of --preset fast with the flags after"):
         learning.main(["--out", str(tmp_path / "o"), "--tasks", "dmc:cartpole-swingup", "--",
                        "--agent.batch-size", "0"])
     assert not (tmp_path / "o").exists()

@@ -364,16 +364,17 @@ def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(dmpo.runners.local, "train", record)
     run = ["--run-dir", str(tmp_path / "run")]
     main(["train", *run])
+    main(["train", "--preset", "control", *run])
     main(["train", "--preset", "reference", *run])
     main(["train", "--preset=fast", *run])
     # A flag overrides the preset's value whether it comes before or after --preset.
     main(["train", "--agent.samples-per-insert", "64", "--preset", "fast", "--seed", "3", *run])
     main(["train", "--preset", "fast", "--agent.samples-per-insert", "64", *run])
     fast = sample_efficient_preset()
-    assert [c.agent for c in trained] == [control_suite_preset(), DMPOConfig(), fast,
+    assert [c.agent for c in trained] == [fast, control_suite_preset(), DMPOConfig(), fast,
                                           dataclasses.replace(fast, samples_per_insert=64.0),
                                           dataclasses.replace(fast, samples_per_insert=64.0)]
-    assert trained[3].seed == 3
+    assert trained[4].seed == 3
 
     # The choices --help lists are the presets that exist.
     hints = typing.get_type_hints(dmpo.cli.train, include_extras=True)
@@ -383,7 +384,9 @@ def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
     assert code == 2 and "turbo" in output and "fast" in output, output
     code, output = run_cli(["train", "--resume", str(tmp_path / "run"), "--preset", "fast"], capsys)
     assert code == 2 and "--preset fast with --resume" in " ".join(output.split()), output
-    assert len(trained) == 5  # neither error trained
+    code, output = run_cli(["train", "--preset", "default", *run], capsys)
+    assert code == 2 and "control (the earlier default)" in " ".join(output.split()), output
+    assert len(trained) == 6  # no error trained
 
 
 def test_file_system_problems_are_one_line_naming_the_path(tmp_path, capsys):

@@ -35,7 +35,7 @@ def train(
     config: Annotated[TrainConfig, tyro.conf.arg(name="")] = TrainConfig(),  # noqa: B008 - tyro reads it
     run_dir: Path | None = None,
     resume: Path | None = None,
-    preset: Literal["default", "reference", "fast"] = "default",
+    preset: Literal["fast", "control", "reference"] = "fast",
     progress: bool = True,
     ray_address: str | None = None,
     actor_resources: str | None = None,
@@ -46,9 +46,11 @@ def train(
 
     Args:
       config: the run's configuration.
-      preset: the agent config the flags apply to: default (`control_suite_preset()`), reference
-        (the reference's `DMPOConfig()`) or fast (`sample_efficient_preset()`: 4x the updates per env
-        step, smaller critic); flags given with it override its values, in any order.
+      preset: the agent config the flags apply to: fast (`sample_efficient_preset()`, the default:
+        one update per 2 env steps on a 256-256-256 critic, the soonest to a good policy in wall-clock,
+        BENCHMARKS.md "Time to score"), control (`control_suite_preset()`: the reference's update
+        ratio, learning rates 3e-4) or reference (the reference's `DMPOConfig()`); flags given with it
+        override its values, in any order.
       run_dir: where config, logs, checkpoints and snapshots go (default: runs/<timestamp>).
       resume: a run directory to continue from its newest checkpoint, with its saved config; flags
         given with it change steps, eval_every, eval_episodes, checkpoint_every, keep_checkpoints
@@ -502,6 +504,9 @@ def main(argv: list[str] | None = None) -> None:
     if resume is not None and preset is not None:
         _fail(f"--preset {preset} with --resume {resume}: a resumed run keeps the config it was saved "
               "with; give only --resume")
+    if preset == "default":  # the name the preset `control` had until `fast` became the default
+        _fail("--preset default: no preset has that name since `fast` became the default; give --preset "
+              "fast (the default), control (the earlier default) or reference")
     try:
         # With --resume (or --preset), the flags given are parsed on top of the saved config (or the
         # preset's), so that exactly those flags count (`_apply_resume_flags` checks which may change).
