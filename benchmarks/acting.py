@@ -10,7 +10,7 @@ Two parts, in one run so that the ratios see the same machine load:
   presets, states. Untimed episodes fill replay past `min_observations` and compile the update,
   then whole episodes are timed (at least `--timed-steps` environment steps). Action repeat 8 (125
   agent steps per episode) and `min_replay_size` 256 keep these runs short; the learner then runs
-  on the preset's schedule (default: one update per 8 env steps, fast: 4 per 8).
+  on the preset's schedule (control: one update per 8 env steps, fast: 4 per 8).
 
 Columns: env steps/s, its ratio to N = 1 of the same row group, and the policy call's share of the
 loop's time (`VectorEnvironmentLoop.select_seconds` / wall time; the rest is `env.step`, the adders
@@ -18,7 +18,7 @@ and replay). With the learner on, JAX dispatches each update asynchronously and 
 call waits for the parameters it produces, so that share also holds the learner's time.
 
     .venv/bin/python benchmarks/acting.py
-    .venv/bin/python benchmarks/acting.py --num-envs 1 4 --presets default --no-pixels
+    .venv/bin/python benchmarks/acting.py --num-envs 1 4 --presets control --no-pixels
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="dmc:cartpole-swingup")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--presets", nargs="*", default=["default", "fast"], choices=list(AGENT_PRESETS))
+    parser.add_argument("--presets", nargs="*", default=["control", "fast"], choices=list(AGENT_PRESETS))
     parser.add_argument("--timed-steps", type=int, default=500)
     parser.add_argument("--no-pixels", action="store_true")
     args = parser.parse_args()

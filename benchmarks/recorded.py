@@ -1,6 +1,10 @@
 """Restate recorded learning results with the benchmark tool's statistics (rliable), from their curves.
 
     .venv/bin/python benchmarks/recorded.py benchmarks/recorded/issue13-100k.json
+    .venv/bin/python benchmarks/recorded.py benchmarks/recorded/issue13-100k.json \
+        benchmarks/recorded/issue24-100k.json
+    .venv/bin/python benchmarks/recorded.py --time-to-score benchmarks/recorded/*.json
+    .venv/bin/python benchmarks/recorded.py --record /work/bench/fast-seeds34 --commit abc1234 > new.json
 
 Some results in BENCHMARKS.md predate `dmpo.benchmark_statistics` and their run folders were not kept;
 their curves were recorded in the text. This script rebuilds each run's final return and area under the
@@ -9,19 +13,37 @@ env_steps_per_second, curves: {seed: [return at eval_every, 2·eval_every, ...]}
 tables `benchmarks/learning.py` writes to `results.md`: per (task, config) mean and IQM with 95%
 bootstrap intervals over seeds, and across the dmc tasks IQM and mean with stratified-bootstrap
 intervals. Curves recorded rounded to integers give areas within a few tenths of those of the logs.
+Several files are pooled (same budget): groups with the same (task, config) make one row.
+
+--time-to-score prints instead `dmpo.time_to_score`'s table (`DEFAULT_THRESHOLDS`): when each curve
+first reaches its task's threshold, in env steps and in minutes. A group may record `wall_minutes`
+({seed: [minutes since the run started at each evaluation]}, read from the run's log) and its own
+`budget`; without `wall_minutes` the minutes are estimated as env steps / the group's env steps/s
+(constant speed assumed), and the table marks them with ≈.
+
+--record FOLDER prints, as a group list for such a file, the runs of a `benchmarks/learning.py`
+folder (finished or not): their curves to one decimal, and `wall_minutes` from their logs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from dmpo.benchmark_runs import find_runs  # noqa: E402
 from dmpo.benchmarking import RunResult, normalised_auc, results_markdown, summarise  # noqa: E402
+from dmpo.time_to_score import (  # noqa: E402
+    DEFAULT_THRESHOLDS,
+    RunTime,
+    evaluation_times,
+    time_to_score_markdown,
+)
 from learning import aggregate_markdown  # noqa: E402  (the tool's own across-task table)
 
 
@@ -51,14 +73,105 @@ def tables(data: dict, *, resamples: int = 10_000) -> str:
     return "\n".join(part for part in (per_task, aggregate_markdown(results, resamples)) if part)
 
 
+def pooled(files: Sequence[dict]) -> dict:
+    """One recorded file from several with the same budget and evaluation period (their groups joined)."""
+    first = files[0]
+    for data in files[1:]:
+        if (data["budget"], data["eval_every"]) != (first["budget"], first["eval_every"]):
+            raise ValueError(f"files to pool need one budget and eval_every, got {first['budget']}/"
+                             f"{first['eval_every']} and {data['budget']}/{data['eval_every']}")
+    return {**first, "groups": [group for data in files for group in data["groups"]]}
+
+
+def recorded_times(files: Sequence[dict], thresholds=DEFAULT_THRESHOLDS) -> list[RunTime]:
+    """When each recorded curve first reaches its task's threshold (module doc: measured or estimated)."""
+    rows = []
+    for data in files:
+        every = int(data["eval_every"])
+        for group in data["groups"]:
+            budget = int(group.get("budget", data["budget"]))
+            measured = group.get("wall_minutes", {})
+            threshold = thresholds.get(group["task"])
+            if threshold is None:  # no threshold stated for the task (the gym ones)
+                continue
+            for seed, curve in group["curves"].items():
+                reached = None
+                first = None if threshold is None else next(
+                    (i for i, value in enumerate(curve) if value >= threshold), None)
+                steps = every * (first + 1) if first is not None else None
+                if seed in measured:
+                    source = "log"
+                    if first is not None:
+                        reached = (steps, 60.0 * float(measured[seed][first]))
+                else:
+                    source = "estimate"
+                    if first is not None:
+                        reached = (steps, steps / float(group["env_steps_per_second"]))
+                last = every * len(curve)
+                rows.append(RunTime(Path("recorded") / group["config"] / group["task"] / f"seed-{seed}",
+                                    group["task"], group["config"], int(seed),
+                                    "finished" if last >= budget else "unfinished", threshold, last, reached,
+                                    source))
+    return rows
+
+
+def record_folder(out: Path, commit: str) -> list[dict]:
+    """The runs of a `benchmarks/learning.py` folder as groups of a recorded file (module doc)."""
+    groups: dict[tuple[str, str], dict] = {}
+    for preset, path in find_runs(out):
+        train = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]
+        times = evaluation_times(path)
+        if not len(times.steps) or times.wall_seconds is None:
+            continue
+        every = int(train["eval_every"])
+        if list(times.steps) != [every * (i + 1) for i in range(len(times.steps))]:
+            raise ValueError(f"{path}: evaluations at {list(times.steps)}, not every {every} env steps from "
+                             f"{every}; a recorded curve needs one return per {every} steps")
+        group = groups.setdefault((train["env"], preset), {
+            "task": train["env"], "config": preset, "commit": commit, "budget": int(train["steps"]),
+            "curves": {}, "wall_minutes": {}, "env_steps": {}, "wall_seconds": {}})
+        group["curves"][str(train["seed"])] = [round(float(r), 1) for r in times.returns]
+        group["wall_minutes"][str(train["seed"])] = [round(float(w) / 60, 2) for w in times.wall_seconds]
+        group["env_steps"][str(train["seed"])] = int(times.steps[-1])
+        group["wall_seconds"][str(train["seed"])] = float(times.wall_seconds[-1])
+    for group in groups.values():
+        steps, seconds = sum(group.pop("env_steps").values()), sum(group.pop("wall_seconds").values())
+        group["env_steps_per_second"] = round(steps / seconds, 1)
+    return list(groups.values())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("file", type=Path,
+    parser.add_argument("files", type=Path, nargs="*",
                         help="recorded curves (JSON), e.g. benchmarks/recorded/issue13-100k.json")
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10,000)")
+    parser.add_argument("--time-to-score", action="store_true",
+                        help="print when each curve first reaches its task's threshold instead")
+    parser.add_argument("--record", type=Path, metavar="FOLDER",
+                        help="print the runs of a benchmarks/learning.py folder as recorded groups")
+    parser.add_argument("--commit", default="unknown", help="with --record: the commit the runs were made at")
     args = parser.parse_args(argv)
-    with open(args.file, encoding="utf-8") as f:
-        data = json.load(f)
+    if args.record is not None:
+        if not (args.record / "runs").is_dir():
+            parser.error(f"--record {args.record}: no runs/ folder there (a benchmarks/learning.py --out)")
+        text = json.dumps(record_folder(args.record, args.commit), indent=1)
+        # One line per curve: numbers lists are written inline.
+        text = re.sub(r"\[\s*([-0-9.,\s]*?)\s*\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+        sys.stdout.write(text + "\n")
+        return 0
+    if not args.files:
+        parser.error("give at least one recorded file (JSON)")
+    files = []
+    for path in args.files:
+        with open(path, encoding="utf-8") as f:
+            files.append(json.load(f))
+    if args.time_to_score:
+        sys.stdout.write(time_to_score_markdown(recorded_times(files)))
+        return 0
+    try:
+        data = pooled(files)
+    except ValueError as error:
+        parser.error(str(error))
     sys.stdout.write(tables(data, resamples=args.resamples))
     return 0
 

@@ -7,7 +7,7 @@ the update is compiled there), then times `--steps` environment steps of real tr
 alternately for `--rounds` rounds, so both see the same machine load.
 
     .venv/bin/python benchmarks/training_loop.py --steps 2000 --rounds 2
-    .venv/bin/python benchmarks/training_loop.py --presets default fast --env dmc:walker-walk
+    .venv/bin/python benchmarks/training_loop.py --presets control fast --env dmc:walker-walk
 
 With --presets, the modes are `dmpo train`'s agent presets (`dmpo.config.AGENT_PRESETS`, synchronous
 learner), compared with the first one named.

@@ -41,17 +41,82 @@ def test_results_are_rebuilt_from_the_curves(recorded, data):
 
     broken = json.loads(json.dumps(data))
     broken["groups"][0]["curves"]["0"] = broken["groups"][0]["curves"]["0"][:-1]
-    with pytest.raises(ValueError, match="cartpole-swingup / default seed 0: curves must have one return"):
+    with pytest.raises(ValueError, match="cartpole-swingup / control seed 0: curves must have one return"):
         recorded.recorded_results(broken)
 
 
 def test_benchmarks_md_holds_the_tables_the_script_prints(recorded, data):
     text = recorded.tables(data)
     rows = [line for line in text.splitlines() if line.startswith("| dmc:") or line.startswith("| gym:")
-            or line.startswith("| default |") or line.startswith("| fast |")]
+            or line.startswith("| control |") or line.startswith("| fast |")]
     assert len(rows) == 8 + 2
     # Three seeds: a 95% bootstrap interval of the mean runs from the lowest seed to the highest.
     assert "| dmc:walker-walk | fast | 3 (0, 1, 2) | **776.2** | [480.0, 944.7] |" in text
     benchmarks = (_ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
     missing = [row for row in rows if row not in benchmarks]
     assert not missing, f"BENCHMARKS.md lacks rows benchmarks/recorded.py prints: {missing}"
+
+
+def test_time_to_score_reads_measured_minutes_and_estimates_the_rest(recorded):
+    from dmpo.time_to_score import time_to_score_markdown
+
+    data = {"budget": 40, "eval_every": 10, "groups": [
+        {"task": "dmc:walker-walk", "config": "a", "env_steps_per_second": 2.0,
+         "curves": {"0": [100, 750, 650, 800], "1": [100, 200, 701, 900], "2": [1, 2, 3, 4]},
+         "wall_minutes": {"0": [1.0, 2.5, 4.0, 5.0]}},
+        {"task": "dmc:walker-walk", "config": "short", "budget": 60, "env_steps_per_second": 1.0,
+         "curves": {"0": [10, 720]}},
+        {"task": "gym:Hopper-v5", "config": "a", "env_steps_per_second": 1.0, "curves": {"0": [1, 2, 3, 4]}},
+    ]}
+    rows = {(r.config, r.seed): r for r in recorded.recorded_times([data], {"dmc:walker-walk": 700.0})}
+    assert set(rows) == {("a", 0), ("a", 1), ("a", 2), ("short", 0)}  # no threshold for Hopper: left out
+    # Seed 0: measured, first evaluation at or above 700 is the second (750 at 20 steps, 2.5 min).
+    assert rows["a", 0].reached == (20, 150.0) and rows["a", 0].source == "log"
+    # Seed 1: no wall_minutes, so 30 steps at the group's 2 env steps/s.
+    assert rows["a", 1].reached == (30, 15.0) and rows["a", 1].source == "estimate"
+    assert rows["a", 2].reached is None and rows["a", 2].status == "finished"
+    # A group's own budget: 20 of its 60 steps recorded, so the run is unfinished.
+    assert (rows["short", 0].status, rows["short", 0].last_env_steps) == ("unfinished", 20)
+    table = time_to_score_markdown(list(rows.values()))
+    assert "| dmc:walker-walk | a | 700 | 2/3 | 30 | ≈2.5 |" in table  # estimated seed present: ≈
+    assert "seed 0: 20 / 2.5 (40); seed 1: 30 / ≈0.2 (40); seed 2: – (40)" in table
+
+
+def test_record_folder_reads_a_benchmark_folder_back(recorded, tmp_path):
+    from dmpo.config import TrainConfig
+    from dmpo.runs import RunDirectory
+    from dmpo.utils.logging import CSVLogger
+
+    def run(seed, steps, returns):
+        config = TrainConfig(env="dmc:walker-walk", seed=seed, steps=30, eval_every=10)
+        path = tmp_path / "out" / "runs" / "fast" / "dmc-walker-walk" / f"seed-{seed}"
+        directory = RunDirectory.create(path, config, seed=seed, command=["dmpo", "train"])
+        logger = CSVLogger(directory.path, "evaluator")
+        for step, value in zip(steps, returns, strict=True):
+            logger.write({"actor_steps": step, "return_mean": value, "wall_seconds": step * 6.0})
+        logger.close()
+
+    run(3, [10, 20, 30], [100.04, 720.0, 800.0])
+    run(4, [10, 20], [50.0, 60.0])  # still running
+    groups = recorded.record_folder(tmp_path / "out", "abc1234")
+    assert len(groups) == 1
+    group = groups[0]
+    assert (group["task"], group["config"], group["commit"], group["budget"]) == (
+        "dmc:walker-walk", "fast", "abc1234", 30)
+    assert group["curves"] == {"3": [100.0, 720.0, 800.0], "4": [50.0, 60.0]}
+    assert group["wall_minutes"] == {"3": [1.0, 2.0, 3.0], "4": [1.0, 2.0]}
+    assert group["env_steps_per_second"] == pytest.approx((30 + 20) / (180 + 120), abs=0.05)
+    rows = recorded.recorded_times([{"budget": 30, "eval_every": 10, "groups": groups}])
+    assert {r.seed: (r.reached, r.status) for r in rows} == {3: ((20, 120.0), "finished"),
+                                                             4: (None, "unfinished")}
+
+    run(5, [10, 25], [1.0, 2.0])  # an evaluation off the grid cannot be a recorded curve
+    with pytest.raises(ValueError, match="seed-5: evaluations at"):
+        recorded.record_folder(tmp_path / "out", "abc1234")
+
+
+def test_files_pool_only_with_one_budget(recorded, data):
+    other = {**data, "budget": 60_000}
+    with pytest.raises(ValueError, match="one budget and eval_every"):
+        recorded.pooled([data, other])
+    assert len(recorded.pooled([data, data])["groups"]) == 2 * len(data["groups"])

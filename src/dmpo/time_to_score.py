@@ -197,7 +197,8 @@ def _cell(value: float, digits: int = 0) -> str:
 
 def time_to_score_markdown(rows: Sequence[RunTime]) -> str:
     """Per (task, config): runs that reached the threshold, median env steps and minutes (a run that
-    has not reached it counts as later than every run that has), and each seed's figures."""
+    has not reached it counts as later than every run that has), and each seed's figures. Minutes
+    of a row whose source is 'estimate' (not read from a log: `benchmarks/recorded.py`) read ≈."""
     groups: dict[tuple[str, str], list[RunTime]] = {}
     for row in rows:
         groups.setdefault((row.task, row.config), []).append(row)
@@ -211,19 +212,23 @@ def time_to_score_markdown(rows: Sequence[RunTime]) -> str:
         steps = [float(r.reached[0]) if r.reached else math.inf for r in members]
         timed = [r for r in members if r.reached is None or r.reached[1] is not None]
         minutes = [r.reached[1] / 60 if r.reached and r.reached[1] is not None else math.inf for r in timed]
+        approx = "≈" if any(r.source == "estimate" for r in timed if r.reached) else ""
         seeds = []
         for r in sorted(members, key=lambda r: r.seed):
             if r.reached:
-                wall = "?" if r.reached[1] is None else f"{r.reached[1] / 60:.1f}"
+                wall = "?" if r.reached[1] is None else (
+                    f"{'≈' if r.source == 'estimate' else ''}{r.reached[1] / 60:.1f}")
                 figure = f"{r.reached[0]:,} / {wall}"
             else:
                 figure = "–"
             note = "" if r.status == "finished" else f"{r.status}, "
             seeds.append(f"seed {r.seed}: {figure} ({note}{r.last_env_steps:,})")
         reached = sum(1 for r in members if r.reached)
+        median_minutes = _median(minutes)
+        minutes_cell = ((approx if math.isfinite(median_minutes) else "") + _cell(median_minutes, 1)
+                        if timed else "?")
         lines.append(f"| {task} | {config} | {threshold:g} | {reached}/{len(members)} "
-                     f"| {_cell(_median(steps))} "
-                     f"| {_cell(_median(minutes), 1) if timed else '?'} | {'; '.join(seeds)} |")
+                     f"| {_cell(_median(steps))} | {minutes_cell} | {'; '.join(seeds)} |")
     return "\n".join(lines) + "\n"
 
 
