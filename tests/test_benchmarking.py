@@ -309,6 +309,8 @@ def test_presets_are_dmpo_trains_own_presets(learning):
     (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--seeds", "1", "1"], "--seeds must be distinct"),
     (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--jobs", "0"], "--jobs must be a positive"),
     (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--", "--steps=5"], "may not set ['--steps=5']"),
+    (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--", "--preset", "control"],
+     "may not set ['--preset']"),
     (["--out", "o", "--tasks", "dmc:cartpole-swingup", "--threshold", "dmc:cartpole-swingup"],
      "--threshold 'dmc:cartpole-swingup': expected TASK=VALUE"),
 ])
@@ -333,8 +335,8 @@ def fake_benchmark(learning, out: Path, seeds=(0, 1)) -> list[str]:
             "--eval-episodes", "1", "--seeds", *map(str, seeds)]
     args, extra = learning.parse_args(argv)
     for seed in seeds:
-        run = PlannedRun("default", "dmc:cartpole-swingup", seed,
-                         learning.train_settings("dmc:cartpole-swingup", seed, args, "default", extra), out)
+        run = PlannedRun("fast", "dmc:cartpole-swingup", seed,
+                         learning.train_settings("dmc:cartpole-swingup", seed, args, "fast", extra), out)
         make_run(run.path, seed=seed, returns=(10.0, 50.0 + seed), every=1500, command=recorded_command(run))
     return argv
 
@@ -351,7 +353,7 @@ def test_finished_runs_are_skipped_and_summarised(learning, tmp_path, monkeypatc
     printed = capsys.readouterr().out
     assert f"2 runs in {out}: 2 skip" in printed
     table = (out / "results.md").read_text()
-    assert "| dmc:cartpole-swingup | default | 2 (0, 1) | **50.5** |" in table
+    assert "| dmc:cartpole-swingup | fast | 2 (0, 1) | **50.5** |" in table
     assert "benchmarks/learning.py --out" in table  # the command that wrote the table
     assert (out / "results.csv").read_text().count("\n") == 2
     assert (out / "runs.csv").read_text().count("\n") == 3
@@ -368,7 +370,7 @@ def test_finished_runs_are_skipped_and_summarised(learning, tmp_path, monkeypatc
     threshold = ["--threshold", "dmc:cartpole-swingup=30"]
     assert learning.main(["--out", str(out), "--summarise-only", *threshold]) == 0
     table = (out / "results.md").read_text()
-    assert "| dmc:cartpole-swingup | default | 30 | 2/2 | 3,000 |" in table
+    assert "| dmc:cartpole-swingup | fast | 30 | 2/2 | 3,000 |" in table
     assert "| dmc:cartpole-swingup | reference | 30 | 1/1 | 3,000 |" in table
     assert "seed 0: 3,000 / ? (running, 3,000)" in table  # no wall_seconds column and no TensorBoard file
     assert (out / "time_to_score.csv").read_text().count("\n") == 4
@@ -416,10 +418,10 @@ def test_an_interrupt_passes_one_sigint_to_each_run_and_waits_for_it(tmp_path, m
 def test_learning_benchmark_passes_actors_to_dmpo_train(learning):
     """`--actors N` makes every run distributed; without it the run settings (and folders) are unchanged."""
     local, extra = learning.parse_args(["--tasks", "dmc:cartpole-swingup", "--out", "o"])
-    assert "--actors" not in learning.train_settings("dmc:cartpole-swingup", 0, local, "default", extra)
+    assert "--actors" not in learning.train_settings("dmc:cartpole-swingup", 0, local, "fast", extra)
     distributed, extra = learning.parse_args(["--tasks", "dmc:cartpole-swingup", "--actors", "2",
                                               "--out", "o"])
-    settings = learning.train_settings("dmc:cartpole-swingup", 0, distributed, "default", extra)
+    settings = learning.train_settings("dmc:cartpole-swingup", 0, distributed, "fast", extra)
     assert settings[settings.index("--actors") + 1] == "2"
     with pytest.raises(SystemExit):
         learning.parse_args(["--tasks", "dmc:cartpole-swingup", "--actors", "-1", "--out", "o"])
