@@ -127,8 +127,12 @@ def record_folder(out: Path, commit: str) -> list[dict]:
         if list(times.steps) != [every * (i + 1) for i in range(len(times.steps))]:
             raise ValueError(f"{path}: evaluations at {list(times.steps)}, not every {every} env steps from "
                              f"{every}; a recorded curve needs one return per {every} steps")
+        if groups and every != next(iter(groups.values()))["eval_every"]:
+            raise ValueError(f"{path}: evaluated every {every} env steps, the folder's other runs every "
+                             f"{next(iter(groups.values()))['eval_every']}; record them apart")
         group = groups.setdefault((train["env"], preset), {
             "task": train["env"], "config": preset, "commit": commit, "budget": int(train["steps"]),
+            "eval_every": every,
             "curves": {}, "wall_minutes": {}, "env_steps": {}, "wall_seconds": {}})
         group["curves"][str(train["seed"])] = [round(float(r), 1) for r in times.returns]
         group["wall_minutes"][str(train["seed"])] = [round(float(w) / 60, 2) for w in times.wall_seconds]
@@ -154,7 +158,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.record is not None:
         if not (args.record / "runs").is_dir():
             parser.error(f"--record {args.record}: no runs/ folder there (a benchmarks/learning.py --out)")
-        text = json.dumps(record_folder(args.record, args.commit), indent=1)
+        groups = record_folder(args.record, args.commit)
+        if not groups:
+            parser.error(f"--record {args.record}: no run there has an evaluation with its wall time")
+        budget = max(group["budget"] for group in groups)
+        every = groups[0]["eval_every"]
+        about = (f"The runs of {args.record} (benchmarks/learning.py), recorded by benchmarks/recorded.py "
+                 f"--record at commit {args.commit}: returns every {every} env steps (policy mean) and the "
+                 "run's wall-clock minutes at each evaluation, from its logs.")
+        data = {"about": about,
+                "budget": budget, "eval_every": every,
+                "groups": [{k: v for k, v in g.items() if k != "eval_every"} for g in groups]}
+        text = json.dumps(data, indent=1)
         # One line per curve: numbers lists are written inline.
         text = re.sub(r"\[\s*([-0-9.,\s]*?)\s*\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
         sys.stdout.write(text + "\n")
