@@ -243,8 +243,8 @@ def sample_efficient_preset() -> DMPOConfig:
     per env step (samples per insert 128, one update per 2 env steps, where SAC makes one) on a critic
     of 256-256-256 instead of 512-512-256, which makes twice spi 64's updates in the same wall-clock,
     and K = 4 updates per jitted call. Chosen by the grid in BENCHMARKS.md ("The sample-efficient
-    preset: the grid") and made the default by the time-to-score grid ("Time to score": the soonest
-    to the thresholds in wall-clock on every task measured); not the reference's values."""
+    preset: the grid") and made the default by the time-to-score grid (BENCHMARKS.md "Time to score":
+    the only preset to reach the thresholds on all three tasks measured); not the reference's values."""
     base = control_suite_preset()
     return dataclasses.replace(
         base, samples_per_insert=128.0,
