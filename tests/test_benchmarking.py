@@ -4,7 +4,6 @@ the results files, and the launcher's planning, scheduling and argument errors â
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -27,15 +26,10 @@ from dmpo.config import AGENT_PRESETS, DMPOConfig, TrainConfig, control_suite_pr
 from dmpo.runs import RunDirectory
 from dmpo.utils.logging import CSVLogger
 
-_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "learning.py"
-
 
 @pytest.fixture(scope="module")
-def learning():
-    spec = importlib.util.spec_from_file_location("benchmark_learning", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def learning(benchmark_script):
+    return benchmark_script("learning")
 
 
 # ------------------------------------------------------------------------------------------ bootstrap

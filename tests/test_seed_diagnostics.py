@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,10 @@ from dmpo.config import TrainConfig
 from dmpo.runs import RunDirectory
 from dmpo.utils.logging import CSVLogger
 
-_SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "seed_diagnostics.py"
-
 
 @pytest.fixture(scope="module")
-def diagnostics():
-    spec = importlib.util.spec_from_file_location("benchmark_seed_diagnostics", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def diagnostics(benchmark_script):
+    return benchmark_script("seed_diagnostics")
 
 
 def make_run(out: Path, seed: int, returns, temperatures, task="dmc:walker-walk") -> Path:
