@@ -3,23 +3,21 @@ holding exactly what it prints."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dmpo.time_to_score import time_to_score_markdown
+
 _ROOT = Path(__file__).resolve().parent.parent
 _DATA = _ROOT / "benchmarks" / "recorded" / "issue13-100k.json"
 
 
 @pytest.fixture(scope="module")
-def recorded():
-    spec = importlib.util.spec_from_file_location("benchmark_recorded", _ROOT / "benchmarks" / "recorded.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def recorded(benchmark_script):
+    return benchmark_script("recorded")
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +43,14 @@ def test_results_are_rebuilt_from_the_curves(recorded, data):
         recorded.recorded_results(broken)
 
 
+def _table_rows(text: str) -> list[str]:
+    starts = ("| dmc:", "| gym:", "| control |", "| fast |")
+    return [line for line in text.splitlines() if line.startswith(starts)]
+
+
 def test_benchmarks_md_holds_the_tables_the_script_prints(recorded, data):
     text = recorded.tables(data)
-    rows = [line for line in text.splitlines() if line.startswith("| dmc:") or line.startswith("| gym:")
-            or line.startswith("| control |") or line.startswith("| fast |")]
+    rows = _table_rows(text)
     assert len(rows) == 8 + 2
     # Three seeds: a 95% bootstrap interval of the mean runs from the lowest seed to the highest.
     assert "| dmc:walker-walk | fast | 3 (0, 1, 2) | **776.2** | [480.0, 944.7] |" in text
@@ -57,9 +59,26 @@ def test_benchmarks_md_holds_the_tables_the_script_prints(recorded, data):
     assert not missing, f"BENCHMARKS.md lacks rows benchmarks/recorded.py prints: {missing}"
 
 
-def test_time_to_score_reads_measured_minutes_and_estimates_the_rest(recorded):
-    from dmpo.time_to_score import time_to_score_markdown
+_ISSUE_24 = ["issue13-100k.json", "issue24-100k.json"]
+_EVERY_POINT = ["issue13-100k.json", "issue13-grid-100k.json", "issue24-100k.json", "issue24-walker-60k.json",
+                "issue24-spi256-50k.json"]
 
+
+def test_benchmarks_md_holds_the_issue_24_tables(recorded):
+    """The 5-seed table of the default and the time-to-score table of every preset tried, as printed."""
+    files = [json.loads((_DATA.parent / name).read_text(encoding="utf-8")) for name in _EVERY_POINT]
+    five = _table_rows(recorded.tables(recorded.pooled([files[0], files[2]])))
+    assert sum(1 for row in five if "| fast | 5 (0, 1, 2, 3, 4) |" in row) == 3  # the three dmc tasks
+    times = _table_rows(time_to_score_markdown(recorded.recorded_times(files)))
+    configs = {row.split(" | ")[1] for row in times}
+    assert {"fast", "control", "reference", "fast-n10", "fast-lr1e-3", "fast-spi256", "fast-eps-mean",
+            "control-spi64", "fast-critic512", "fast-lr1e-4"} <= configs
+    benchmarks = (_ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    missing = [row for row in five + times if row not in benchmarks]
+    assert not missing, f"BENCHMARKS.md lacks rows benchmarks/recorded.py prints: {missing}"
+
+
+def test_time_to_score_reads_measured_minutes_and_estimates_the_rest(recorded):
     data = {"budget": 40, "eval_every": 10, "groups": [
         {"task": "dmc:walker-walk", "config": "a", "env_steps_per_second": 2.0,
          "curves": {"0": [100, 750, 650, 800], "1": [100, 200, 701, 900], "2": [1, 2, 3, 4]},
