@@ -34,14 +34,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dmpo.benchmark_runs import find_runs  # noqa: E402
 from dmpo.benchmarking import RunResult, normalised_auc, results_markdown, summarise  # noqa: E402
 from dmpo.time_to_score import (  # noqa: E402
     DEFAULT_THRESHOLDS,
+    EvaluationTimes,
     RunTime,
     evaluation_times,
+    time_to_score,
     time_to_score_markdown,
 )
 from learning import aggregate_markdown  # noqa: E402  (the tool's own across-task table)
@@ -84,40 +88,40 @@ def pooled(files: Sequence[dict]) -> dict:
 
 
 def recorded_times(files: Sequence[dict], thresholds=DEFAULT_THRESHOLDS) -> list[RunTime]:
-    """When each recorded curve first reaches its task's threshold (module doc: measured or estimated)."""
+    """When each recorded curve first reaches its task's threshold (module doc: measured or estimated),
+    through `dmpo.time_to_score.time_to_score` as for a run folder."""
     rows = []
     for data in files:
         every = int(data["eval_every"])
         for group in data["groups"]:
-            budget = int(group.get("budget", data["budget"]))
-            measured = group.get("wall_minutes", {})
             threshold = thresholds.get(group["task"])
             if threshold is None:  # no threshold stated for the task (the gym ones)
                 continue
+            budget = int(group.get("budget", data["budget"]))
+            measured = group.get("wall_minutes", {})
             for seed, curve in group["curves"].items():
-                reached = None
-                first = None if threshold is None else next(
-                    (i for i, value in enumerate(curve) if value >= threshold), None)
-                steps = every * (first + 1) if first is not None else None
+                steps = np.arange(1, len(curve) + 1) * every
                 if seed in measured:
-                    source = "log"
-                    if first is not None:
-                        reached = (steps, 60.0 * float(measured[seed][first]))
+                    times = EvaluationTimes(steps, np.asarray(curve, float),
+                                            60.0 * np.asarray(measured[seed], float), "log")
                 else:
-                    source = "estimate"
-                    if first is not None:
-                        reached = (steps, steps / float(group["env_steps_per_second"]))
-                last = every * len(curve)
+                    times = EvaluationTimes(steps, np.asarray(curve, float),
+                                            steps / float(group["env_steps_per_second"]), "estimate")
+                reached = time_to_score(times, threshold)
+                last = int(steps[-1])
                 rows.append(RunTime(Path("recorded") / group["config"] / group["task"] / f"seed-{seed}",
                                     group["task"], group["config"], int(seed),
-                                    "finished" if last >= budget else "unfinished", threshold, last, reached,
-                                    source))
+                                    "finished" if last >= budget else "unfinished", threshold, last,
+                                    reached, times.source))
     return rows
 
 
-def record_folder(out: Path, commit: str) -> list[dict]:
-    """The runs of a `benchmarks/learning.py` folder as groups of a recorded file (module doc)."""
+def record_folder(out: Path, commit: str) -> tuple[int, list[dict]]:
+    """The runs of a `benchmarks/learning.py` folder as (eval_every, groups) of a recorded file (module
+    doc); the group's env steps/s is its runs' env steps over their wall seconds at the last evaluation."""
     groups: dict[tuple[str, str], dict] = {}
+    totals: dict[tuple[str, str], list[float]] = {}  # [env steps, wall seconds] per group
+    period = None
     for preset, path in find_runs(out):
         train = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]
         times = evaluation_times(path)
@@ -127,21 +131,20 @@ def record_folder(out: Path, commit: str) -> list[dict]:
         if list(times.steps) != [every * (i + 1) for i in range(len(times.steps))]:
             raise ValueError(f"{path}: evaluations at {list(times.steps)}, not every {every} env steps from "
                              f"{every}; a recorded curve needs one return per {every} steps")
-        if groups and every != next(iter(groups.values()))["eval_every"]:
+        if period is not None and every != period:
             raise ValueError(f"{path}: evaluated every {every} env steps, the folder's other runs every "
-                             f"{next(iter(groups.values()))['eval_every']}; record them apart")
-        group = groups.setdefault((train["env"], preset), {
-            "task": train["env"], "config": preset, "commit": commit, "budget": int(train["steps"]),
-            "eval_every": every,
-            "curves": {}, "wall_minutes": {}, "env_steps": {}, "wall_seconds": {}})
-        group["curves"][str(train["seed"])] = [round(float(r), 1) for r in times.returns]
-        group["wall_minutes"][str(train["seed"])] = [round(float(w) / 60, 2) for w in times.wall_seconds]
-        group["env_steps"][str(train["seed"])] = int(times.steps[-1])
-        group["wall_seconds"][str(train["seed"])] = float(times.wall_seconds[-1])
-    for group in groups.values():
-        steps, seconds = sum(group.pop("env_steps").values()), sum(group.pop("wall_seconds").values())
-        group["env_steps_per_second"] = round(steps / seconds, 1)
-    return list(groups.values())
+                             f"{period}; record them apart")
+        period, key, seed = every, (train["env"], preset), str(train["seed"])
+        group = groups.setdefault(key, {"task": train["env"], "config": preset, "commit": commit,
+                                        "budget": int(train["steps"]), "curves": {}, "wall_minutes": {}})
+        group["curves"][seed] = [round(float(r), 1) for r in times.returns]
+        group["wall_minutes"][seed] = [round(float(w) / 60, 2) for w in times.wall_seconds]
+        total = totals.setdefault(key, [0.0, 0.0])
+        total[0] += int(times.steps[-1])
+        total[1] += float(times.wall_seconds[-1])
+    for key, group in groups.items():
+        group["env_steps_per_second"] = round(totals[key][0] / totals[key][1], 1)
+    return period or 0, list(groups.values())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,17 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.record is not None:
         if not (args.record / "runs").is_dir():
             parser.error(f"--record {args.record}: no runs/ folder there (a benchmarks/learning.py --out)")
-        groups = record_folder(args.record, args.commit)
+        every, groups = record_folder(args.record, args.commit)
         if not groups:
             parser.error(f"--record {args.record}: no run there has an evaluation with its wall time")
         budget = max(group["budget"] for group in groups)
-        every = groups[0]["eval_every"]
         about = (f"The runs of {args.record} (benchmarks/learning.py), recorded by benchmarks/recorded.py "
                  f"--record at commit {args.commit}: returns every {every} env steps (policy mean) and the "
                  "run's wall-clock minutes at each evaluation, from its logs.")
         data = {"about": about,
                 "budget": budget, "eval_every": every,
-                "groups": [{k: v for k, v in g.items() if k != "eval_every"} for g in groups]}
+                "groups": groups}
         text = json.dumps(data, indent=1)
         # One line per curve: numbers lists are written inline.
         text = re.sub(r"\[\s*([-0-9.,\s]*?)\s*\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)

@@ -117,8 +117,8 @@ def test_record_folder_reads_a_benchmark_folder_back(recorded, tmp_path):
 
     run(3, [10, 20, 30], [100.04, 720.0, 800.0])
     run(4, [10, 20], [50.0, 60.0])  # still running
-    groups = recorded.record_folder(tmp_path / "out", "abc1234")
-    assert len(groups) == 1
+    every, groups = recorded.record_folder(tmp_path / "out", "abc1234")
+    assert every == 10 and len(groups) == 1
     group = groups[0]
     assert (group["task"], group["config"], group["commit"], group["budget"]) == (
         "dmc:walker-walk", "fast", "abc1234", 30)
