@@ -161,7 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.record is not None:
         if not (args.record / "runs").is_dir():
             parser.error(f"--record {args.record}: no runs/ folder there (a benchmarks/learning.py --out)")
-        every, groups = record_folder(args.record, args.commit)
+        try:
+            every, groups = record_folder(args.record, args.commit)
+        except ValueError as error:
+            parser.error(str(error))
         if not groups:
             parser.error(f"--record {args.record}: no run there has an evaluation with its wall time")
         budget = max(group["budget"] for group in groups)
@@ -180,8 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give at least one recorded file (JSON)")
     files = []
     for path in args.files:
-        with open(path, encoding="utf-8") as f:
-            files.append(json.load(f))
+        try:
+            files.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as error:
+            parser.error(f"{path}: not a readable recorded file (JSON): {error}")
     if args.time_to_score:
         sys.stdout.write(time_to_score_markdown(recorded_times(files)))
         return 0

@@ -132,6 +132,12 @@ def test_record_folder_reads_a_benchmark_folder_back(recorded, tmp_path):
     run(5, [10, 25], [1.0, 2.0])  # an evaluation off the grid cannot be a recorded curve
     with pytest.raises(ValueError, match="seed-5: evaluations at"):
         recorded.record_folder(tmp_path / "out", "abc1234")
+    with pytest.raises(SystemExit) as error:  # the command says it in one line
+        recorded.main(["--record", str(tmp_path / "out")])
+    assert error.value.code == 2
+    with pytest.raises(SystemExit) as error:
+        recorded.main([str(tmp_path / "missing.json")])
+    assert error.value.code == 2
 
 
 def test_files_pool_only_with_one_budget(recorded, data):
