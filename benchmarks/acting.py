@@ -31,13 +31,14 @@ import time
 
 import numpy as np
 
+from dmpo.acting import stack_observations
 from dmpo.builder import DMPOBuilder
 from dmpo.config import AGENT_PRESETS, TrainConfig
 from dmpo.envs import make
-from dmpo.runners.vector_loop import VectorEnvironmentLoop, lockstep_env_seeds, stack_observations
+from dmpo.reporting.logging import NoOpLogger
+from dmpo.runners.vector_loop import VectorEnvironmentLoop, lockstep_env_seeds
 from dmpo.types import make_environment_spec
 from dmpo.utils.counting import Counter
-from dmpo.utils.logging import NoOpLogger
 
 
 def _close(environments) -> None:
@@ -73,7 +74,7 @@ def pure_acting(task: str, num_envs: int, pixels: bool, seed: int = 0) -> tuple[
 
 def learning(task: str, num_envs: int, preset: str, timed_steps: int, seed: int = 0) -> tuple[float, float]:
     """(env steps/s, policy share) of the synchronous single-process agent with `preset`."""
-    from dmpo.agent import DMPO
+    from dmpo.agent.core import DMPO
 
     agent_config = dataclasses.replace(AGENT_PRESETS[preset](), min_replay_size=256)
     environments = [make(task, seed=s, action_repeat=8) for s in lockstep_env_seeds(seed, num_envs)]

@@ -73,12 +73,12 @@ def agent_config(size: str) -> DMPOConfig:
 
 def measure_single_process(env: str, size: str, seconds: float) -> dict[str, float]:
     """The synchronous agent in this process: env steps/s and updates/s over `seconds` once learning."""
-    from dmpo.agent import DMPO
+    from dmpo.agent.core import DMPO
     from dmpo.envs import make
+    from dmpo.reporting.logging import NoOpLogger
     from dmpo.runners.environment_loop import EnvironmentLoop
     from dmpo.types import make_environment_spec
     from dmpo.utils.counting import Counter
-    from dmpo.utils.logging import NoOpLogger
 
     environment = make(env, seed=0)
     counter = Counter(time_delta=0.0)

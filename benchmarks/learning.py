@@ -7,7 +7,7 @@
         -- --agent.networks.vmin -500 --agent.networks.vmax 1500   # after `--`: flags for every run
 
 Each (preset, task, seed) is one `dmpo train` process (`python -m dmpo.cli train`), `--jobs` at a time,
-laid out under --out as `dmpo.benchmark_runs` describes (runs/<preset>/<task>/seed-<S>/, output/ logs,
+laid out under --out as `benchtools.runs` describes (runs/<preset>/<task>/seed-<S>/, output/ logs,
 bench.json). It then writes, from the finished runs the command names (with --summarise-only: every
 finished run under --out, or those --tasks / --preset / --seeds name):
 
@@ -20,9 +20,9 @@ finished run under --out, or those --tasks / --preset / --seeds name):
     performance_profile.png   rliable's performance profile over the dmc tasks (return / 1000)
     time_to_score.csv / .md   per run (finished or not) and per (task, preset): the env steps and
                   wall-clock minutes at which the evaluation return first reaches the task's threshold
-                  (`dmpo.time_to_score.DEFAULT_THRESHOLDS`, or --threshold TASK=VALUE)
+                  (`benchtools.time_to_score.DEFAULT_THRESHOLDS`, or --threshold TASK=VALUE)
 
-The figures are defined in `dmpo.benchmarking`. Running the same command again continues an interrupted
+The figures are defined in `benchtools.results`. Running the same command again continues an interrupted
 benchmark: finished runs are skipped, unfinished ones resumed from their checkpoint (`dmpo train
 --resume`); a folder without a checkpoint is renamed `seed-<S>.incomplete-<k>` (kept) and started again.
 A run folder made with other settings (budget, preset, evaluation, extra flags) is an error before
@@ -46,7 +46,17 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmpo.benchmark_runs import (
+from benchtools.results import (
+    RunResult,
+    plot_benchmark,
+    plot_wallclock,
+    read_run,
+    results_markdown,
+    summarise,
+    write_results_csv,
+    write_runs_csv,
+)
+from benchtools.runs import (
     Manifest,
     PlannedRun,
     exclusive,
@@ -57,17 +67,7 @@ from dmpo.benchmark_runs import (
     run_all,
     task_folder,
 )
-from dmpo.benchmarking import (
-    RunResult,
-    plot_benchmark,
-    plot_wallclock,
-    read_run,
-    results_markdown,
-    summarise,
-    write_results_csv,
-    write_runs_csv,
-)
-from dmpo.time_to_score import (
+from benchtools.time_to_score import (
     DEFAULT_THRESHOLDS,
     RunTime,
     parse_thresholds,
@@ -190,7 +190,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def train_config(flags: Sequence[str]):
     """The TrainConfig `dmpo train FLAGS` would run: `--preset NAME` (if given) picks the agent the other
-    flags apply to, as in `dmpo.cli`. Raises SystemExit (tyro's message printed) or ConfigError."""
+    flags apply to, as in `dmpo.cli.main`. Raises SystemExit (tyro's message printed) or ConfigError."""
     import tyro
 
     from dmpo.config import AGENT_PRESETS, TrainConfig
@@ -296,7 +296,7 @@ def collect_times(out: Path, args: argparse.Namespace) -> list[RunTime]:
 
 def write_time_to_score(out: Path, rows: Sequence[RunTime], resamples: int) -> str:
     """time_to_score.csv / .md and curves_wallclock.png for `rows`; returns the markdown section."""
-    from dmpo.files import atomic_write_text
+    from dmpo.utils.files import atomic_write_text
 
     if not rows:
         return ""
@@ -321,7 +321,7 @@ def write_time_to_score(out: Path, rows: Sequence[RunTime], resamples: int) -> s
 
 def aggregate_markdown(results: Sequence[RunResult], resamples: int) -> str:
     """IQM and mean of normalised final returns across dmc tasks, per preset (rliable), as markdown."""
-    from dmpo.benchmark_statistics import aggregate
+    from benchtools.statistics import aggregate
 
     values: dict[str, dict[str, dict[int, float]]] = {}
     for r in results:
@@ -369,7 +369,7 @@ def _preamble(out: Path, manifest: Manifest, this_command: str, unfinished: Sequ
 
 def write_outputs(out: Path, results: Sequence[RunResult], unfinished: Sequence[str], manifest: Manifest,
                   resamples: int, this_command: str, time_section: str = "") -> None:
-    from dmpo.files import atomic_write_text
+    from dmpo.utils.files import atomic_write_text
 
     summaries = summarise(results, resamples=resamples)
     write_results_csv(out / "results.csv", summaries)
@@ -386,7 +386,7 @@ def write_outputs(out: Path, results: Sequence[RunResult], unfinished: Sequence[
         episodes.add(str(config["config"].get("eval_episodes", "?")))
     preamble = _preamble(out, manifest, this_command, unfinished, resamples, episodes, budgets)
     text = results_markdown(summaries, preamble=preamble)
-    from dmpo.benchmark_statistics import plot_performance_profile
+    from benchtools.statistics import plot_performance_profile
 
     values: dict[str, dict[str, dict[int, float]]] = {}
     for r in results:

@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/recorded.py --time-to-score benchmarks/recorded/*.json
     .venv/bin/python benchmarks/recorded.py --record /work/bench/fast-seeds34 --commit abc1234 > new.json
 
-Some results in BENCHMARKS.md predate `dmpo.benchmark_statistics` and their run folders were not kept;
+Some results in BENCHMARKS.md predate `benchtools.statistics` and their run folders were not kept;
 their curves were recorded in the text. This script rebuilds each run's final return and area under the
 curve from such a file (JSON: `budget`, `eval_every`, and `groups` of {task, config, commit,
 env_steps_per_second, curves: {seed: [return at eval_every, 2·eval_every, ...]}}) and prints the same
@@ -15,7 +15,7 @@ bootstrap intervals over seeds, and across the dmc tasks IQM and mean with strat
 intervals. Curves recorded rounded to integers give areas within a few tenths of those of the logs.
 Several files are pooled (same budget): groups with the same (task, config) make one row.
 
---time-to-score prints instead `dmpo.time_to_score`'s table (`DEFAULT_THRESHOLDS`): when each curve
+--time-to-score prints instead `benchtools.time_to_score`'s table (`DEFAULT_THRESHOLDS`): when each curve
 first reaches its task's threshold, in env steps and in minutes. A group may record `wall_minutes`
 ({seed: [minutes since the run started at each evaluation]}, read from the run's log) and its own
 `budget`; without `wall_minutes` the minutes are estimated as env steps / the group's env steps/s
@@ -38,9 +38,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dmpo.benchmark_runs import find_runs  # noqa: E402
-from dmpo.benchmarking import RunResult, normalised_auc, results_markdown, summarise  # noqa: E402
-from dmpo.time_to_score import (  # noqa: E402
+from benchtools.results import RunResult, normalised_auc, results_markdown, summarise  # noqa: E402
+from benchtools.runs import find_runs  # noqa: E402
+from benchtools.time_to_score import (  # noqa: E402
     DEFAULT_THRESHOLDS,
     EvaluationTimes,
     RunTime,
@@ -89,7 +89,7 @@ def pooled(files: Sequence[dict]) -> dict:
 
 def recorded_times(files: Sequence[dict], thresholds=DEFAULT_THRESHOLDS) -> list[RunTime]:
     """When each recorded curve first reaches its task's threshold (module doc: measured or estimated),
-    through `dmpo.time_to_score.time_to_score` as for a run folder."""
+    through `benchtools.time_to_score.time_to_score` as for a run folder."""
     rows = []
     for data in files:
         every = int(data["eval_every"])

@@ -23,8 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmpo.benchmark_runs import find_runs
-from dmpo.time_to_score import evaluation_times
+from benchtools.runs import find_runs
+from benchtools.time_to_score import evaluation_times
 
 # (column of logs/learner/logs.csv, header, digits)
 COLUMNS = (

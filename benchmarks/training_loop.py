@@ -23,7 +23,7 @@ import platform
 import statistics
 import time
 
-from dmpo.agent import DMPO
+from dmpo.agent.core import DMPO
 from dmpo.config import AGENT_PRESETS, DMPOConfig
 from dmpo.envs import make
 from dmpo.types import make_environment_spec

@@ -36,8 +36,8 @@ import numpy as np
 
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import FakeEnvironment
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 from dmpo.replay.persistence import read_archive
-from dmpo.runners.checkpoints import TrainingCheckpoints
 
 REFERENCE_FILE = Path(__file__).parent / "data" / "acting_reference_n1.json"
 
@@ -68,7 +68,7 @@ def _sha256(arrays: list[tuple[str, np.ndarray]]) -> str:
 
 
 def learner_template(config: TrainConfig) -> Any:
-    from dmpo.agent import DMPO
+    from dmpo.agent.core import DMPO
     from dmpo.types import make_environment_spec
 
     agent = DMPO(make_environment_spec(fake_factory(0)), config.agent, seed=0)

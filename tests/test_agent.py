@@ -9,14 +9,14 @@ import jax
 import numpy as np
 import pytest
 
-from dmpo.agent import DMPO, learner_steps_due
+from dmpo.agent.core import DMPO, learner_steps_due
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import FakeEnvironment, ReachTarget
+from dmpo.reporting.logging import NoOpLogger
 from dmpo.runners.environment_loop import EnvironmentLoop
 from dmpo.runners.local import train
 from dmpo.types import make_environment_spec
 from dmpo.utils.counting import Counter
-from dmpo.utils.logging import NoOpLogger
 
 TINY_NETWORKS = NetworkConfig(policy_layer_sizes=(16,), critic_layer_sizes=(16,), vmin=-10.0, vmax=10.0,
                               num_atoms=11)
@@ -153,7 +153,7 @@ def test_resume_after_kill_continues_exactly(tmp_path, sgd_steps_per_call):
     # A run "killed" after its first checkpoint: copy the full run and drop everything after step 150.
     import shutil
 
-    from dmpo.runners.checkpoints import TrainingCheckpoints
+    from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
     shutil.copytree(tmp_path / "full", tmp_path / "killed")
     killed = TrainingCheckpoints(tmp_path / "killed" / "checkpoints")
@@ -189,7 +189,7 @@ def test_overlapped_learner_holds_the_ratio_and_stops_cleanly(tmp_path):
                                                    samples_per_insert=4.0))
     summary = train(config, tmp_path / "run", env_factory=env_factory, progress=False, quiet=True)
     assert summary["env_steps"] == 400
-    from dmpo.runners.checkpoints import TrainingCheckpoints
+    from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
     checkpoints = TrainingCheckpoints(tmp_path / "run" / "checkpoints")
     # Taken while the learner thread was running; the final save at step 400 holds more learner steps
@@ -246,7 +246,7 @@ def test_a_failed_overlapped_learner_stops_acting_and_raises_its_error():
 
 def test_checkpoint_period_shorter_than_an_episode_writes_once_per_boundary(tmp_path, monkeypatch):
     """Regression (issue 11.3): `next_checkpoint += every` wrote the same checkpoint once per period."""
-    from dmpo.runners.checkpoints import TrainingCheckpoints
+    from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
     written = []
     save = TrainingCheckpoints.save

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("rliable")
 
-from dmpo.benchmark_statistics import aggregate, per_task, plot_performance_profile  # noqa: E402
+from benchtools.statistics import aggregate, per_task, plot_performance_profile  # noqa: E402
 
 
 def test_per_task_iqm_and_mean_match_closed_forms():

@@ -11,9 +11,8 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from dmpo import benchmark_runs
-from dmpo.benchmark_runs import Manifest, PlannedRun, plan_action, run_all, set_aside
-from dmpo.benchmarking import (
+from benchtools import runs as benchmark_runs
+from benchtools.results import (
     bootstrap_ci,
     normalised_auc,
     plot_benchmark,
@@ -22,9 +21,10 @@ from dmpo.benchmarking import (
     summarise,
     write_results_csv,
 )
+from benchtools.runs import Manifest, PlannedRun, plan_action, run_all, set_aside
 from dmpo.config import AGENT_PRESETS, DMPOConfig, TrainConfig, control_suite_preset, sample_efficient_preset
-from dmpo.runs import RunDirectory
-from dmpo.utils.logging import CSVLogger
+from dmpo.lifecycle.directory import RunDirectory
+from dmpo.reporting.logging import CSVLogger
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +223,7 @@ def planned(out: Path, settings=SETTINGS, seed: int = 0) -> PlannedRun:
 
 
 def recorded_command(run: PlannedRun) -> list[str]:
-    return ["/x/dmpo/cli.py", "train", *run.settings, "--run-dir", str(run.path), "--no-progress"]
+    return ["/x/dmpo/cli/main.py", "train", *run.settings, "--run-dir", str(run.path), "--no-progress"]
 
 
 def test_plan_actions(tmp_path):

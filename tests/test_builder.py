@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from dm_env import specs
 
-from dmpo.agent import DMPO
+from dmpo.agent.core import DMPO
 from dmpo.builder import CheckpointState, DMPOBuilder, next_boundary
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.distributed import DistributedProgram

@@ -12,8 +12,8 @@ import wandb_records
 from dmpo.callbacks import BestPolicy, Callback, CallbackList, RunEvents, StopAtReturn, read_best
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import FakeEnvironment
+from dmpo.policies.snapshot import load_policy
 from dmpo.runners.local import _EVAL_SEED_OFFSET, segment_seed, train
-from dmpo.snapshot import load_policy
 from test_agent import tiny_config
 
 EVAL_EVERY = 30
@@ -200,8 +200,8 @@ def test_a_run_stops_at_the_return_keeps_the_best_policy_in_wandb_and_resumes(tm
 def test_mlflow_tracker_gets_the_rows_and_continues_its_run_on_resume(tmp_path, monkeypatch):
     import mlflow
 
-    from dmpo.runs import RunDirectory
-    from dmpo.trackers import open_tracker
+    from dmpo.lifecycle.directory import RunDirectory
+    from dmpo.reporting.trackers import open_tracker
 
     store = tmp_path / "mlruns"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
@@ -247,7 +247,7 @@ def test_a_missing_tracker_package_is_a_one_line_error_before_the_run_starts(tmp
 
 
 def test_eval_best_evaluates_the_best_snapshot_of_a_run(tmp_path, capsys):
-    from dmpo.cli import main
+    from dmpo.cli.main import main
     from test_cli import gym_snapshot, run_cli
 
     run = tmp_path / "run"
@@ -268,8 +268,8 @@ def test_trackers_take_evaluation_videos(tmp_path, monkeypatch):
     import imageio.v3 as iio
     import mlflow
 
-    from dmpo.runs import RunDirectory
-    from dmpo.trackers import open_tracker
+    from dmpo.lifecycle.directory import RunDirectory
+    from dmpo.reporting.trackers import open_tracker
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

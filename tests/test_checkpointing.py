@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from dm_env import specs
 
-from dmpo.checkpointing import MAGIC, Checkpointer, CheckpointError
 from dmpo.config import LearnerConfig, MPOLossConfig, NetworkConfig
 from dmpo.learning import init_training_state, make_update_fn
 from dmpo.networks import make_networks
 from dmpo.types import EnvironmentSpec, Transition
+from dmpo.utils.checkpointing import MAGIC, Checkpointer, CheckpointError
 
 B, D, OBS = 4, 2, 3
 SPEC = EnvironmentSpec(

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dmpo.cli import main
+from dmpo.cli.main import main
 
 
 def run_cli(argv, capsys):
@@ -178,7 +178,7 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     `--resume` work on it."""
     import csv
 
-    from dmpo.runners.checkpoints import TrainingCheckpoints
+    from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
     run = tmp_path / "run"
     cli = [sys.executable, "-m", "dmpo.cli"]
@@ -219,7 +219,7 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     assert [int(row["evaluator_episodes"]) for row in rows] == [2 * (i + 1) for i in range(rounds)]
     assert int(rows[-1]["actor_steps"]) == state["env_steps"]
     assert float(rows[-1]["length_mean"]) == episode
-    from dmpo.snapshot import load_policy
+    from dmpo.policies.snapshot import load_policy
 
     snapshot = load_policy(run)
     assert snapshot.metadata["env"] == "dmc:cartpole-swingup" and snapshot.metadata["action_repeat"] == 8
@@ -256,7 +256,7 @@ def gym_snapshot(tmp_path, env_name="gym:InvertedPendulum-v5"):
     from dmpo.config import NetworkConfig
     from dmpo.envs import make
     from dmpo.networks import PolicyParams, init_params, make_networks
-    from dmpo.snapshot import save_policy
+    from dmpo.policies.snapshot import save_policy
     from dmpo.types import make_environment_spec
 
     spec = make_environment_spec(make(env_name, seed=0))
@@ -325,8 +325,8 @@ def test_resume_applies_the_flags_given_and_refuses_the_others(tmp_path, capsys)
     # A run killed after rows past its last usable checkpoint were logged: here the newest checkpoint
     # (step 400) is corrupt, so the resume falls back to step 200, and the logs of steps 201..400 must
     # not show twice.
-    from dmpo.plotting import load_curve
-    from dmpo.runners.checkpoints import TrainingCheckpoints
+    from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+    from dmpo.reporting.plotting import load_curve
     from tensorboard_events import shown_scalars
 
     newest = TrainingCheckpoints(run / "checkpoints").paths()[-1]
@@ -351,7 +351,7 @@ def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
     import dataclasses
     import typing
 
-    import dmpo.cli
+    import dmpo.cli.main
     import dmpo.runners.local
     from dmpo.config import AGENT_PRESETS, DMPOConfig, control_suite_preset, sample_efficient_preset
 
@@ -377,7 +377,7 @@ def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
     assert trained[4].seed == 3
 
     # The choices --help lists are the presets that exist.
-    hints = typing.get_type_hints(dmpo.cli.train, include_extras=True)
+    hints = typing.get_type_hints(dmpo.cli.main.train, include_extras=True)
     assert set(typing.get_args(hints["preset"])) == set(AGENT_PRESETS)
 
     code, output = run_cli(["train", "--preset", "turbo", *run], capsys)

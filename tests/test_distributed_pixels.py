@@ -13,7 +13,7 @@ from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  #
 from dmpo.distributed import run_distributed  # noqa: E402
 from dmpo.distributed.options import ProgramOptions  # noqa: E402
 from dmpo.envs import TaskFactory  # noqa: E402
-from dmpo.runners.checkpoints import TrainingCheckpoints  # noqa: E402
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from dm_env import specs
 
+from dmpo.reporting.logging import NoOpLogger
 from dmpo.runners import EnvironmentLoop, default_render, evaluate
 from dmpo.utils.counting import Counter
-from dmpo.utils.logging import NoOpLogger
 
 EPISODE_KEYS = {"episode_length", "episode_return", "steps_per_second", "env_reset_duration_sec",
                 "select_action_duration_sec", "env_step_duration_sec", "episode_duration"}

@@ -12,12 +12,12 @@ import pytest
 from dm_env import specs
 
 import dmpo
-from dmpo.cli import main
+from dmpo.cli.main import main
 from dmpo.config import NetworkConfig
 from dmpo.envs.observations import flatten_observation
-from dmpo.export import ExportError, export_policy
 from dmpo.networks import PolicyParams, init_params, make_networks, pixel_network_config
-from dmpo.snapshot import save_policy
+from dmpo.policies.export import ExportError, export_policy
+from dmpo.policies.snapshot import save_policy
 from dmpo.types import EnvironmentSpec
 
 onnxruntime = pytest.importorskip("onnxruntime")

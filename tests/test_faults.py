@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 import waiting
-from dmpo.checkpointing import Checkpointer, verify_checkpoint_file
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 from dmpo.replay import Table
-from dmpo.runners.checkpoints import TrainingCheckpoints
+from dmpo.utils.checkpointing import Checkpointer, verify_checkpoint_file
 
 SEED = 20261203
 TINY = ["--agent.networks.policy-layer-sizes", "8", "--agent.networks.critic-layer-sizes", "8",
@@ -65,7 +65,7 @@ import sys
 import numpy as np
 from dm_env import specs
 from dmpo.replay import MinSize, Table
-from dmpo.runners.checkpoints import TrainingCheckpoints
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
 def learner_state(step):
     rng = np.random.default_rng(step)
@@ -247,7 +247,7 @@ def failing_step(self):
     return real_step(self)
 
 learner.Learner.step = failing_step
-from dmpo.cli import main
+from dmpo.cli.main import main
 main(sys.argv[1:])
 """
 

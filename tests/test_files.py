@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from dmpo.files import atomic_write, atomic_write_bytes, atomic_write_text
+from dmpo.utils.files import atomic_write, atomic_write_bytes, atomic_write_text
 
 
 def test_atomic_write_replaces_content(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dmpo.runners.checkpoints import TrainingCheckpoints
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli", "train"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 
-from dmpo.utils.logging import (
+from dmpo.reporting.logging import (
     CSVLogger,
     Dispatcher,
     NoOpLogger,
@@ -22,7 +22,7 @@ from dmpo.utils.logging import (
     format_row,
     make_logger,
 )
-from dmpo.utils.progress import Progress
+from dmpo.reporting.progress import Progress
 
 
 class ListLogger:
@@ -310,7 +310,7 @@ def test_progress_rejects_bad_total():
 
 
 def test_rewind_csv_drops_rows_past_the_step_and_a_torn_line(tmp_path):
-    from dmpo.utils.logging import CSVLogger, rewind_csv
+    from dmpo.reporting.logging import CSVLogger, rewind_csv
 
     logger = CSVLogger(tmp_path, "loop")
     for step in (100, 200, 300, 400):
@@ -327,7 +327,7 @@ def test_rewind_csv_drops_rows_past_the_step_and_a_torn_line(tmp_path):
 
 
 def test_rewind_of_tensorboard_events_shows_each_step_once(tmp_path):
-    from dmpo.utils.logging import TensorBoardLogger, rewind_logs
+    from dmpo.reporting.logging import TensorBoardLogger, rewind_logs
     from tensorboard_events import shown_scalars
 
     first = TensorBoardLogger(tmp_path, "learner", step_key="learner_steps")
@@ -350,7 +350,7 @@ def test_rewind_of_tensorboard_events_shows_each_step_once(tmp_path):
 
 
 def test_make_logger_rewinds_when_told_the_resume_step(tmp_path):
-    from dmpo.utils.logging import make_logger
+    from dmpo.reporting.logging import make_logger
 
     logger = make_logger("loop", tmp_path, time_delta=0.0, terminal=False, step_key="actor_steps")
     for step in (10, 20, 30):

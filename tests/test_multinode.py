@@ -27,7 +27,7 @@ psutil = pytest.importorskip("psutil")
 pytest.importorskip("ray")
 
 import waiting  # noqa: E402
-from dmpo.runners.checkpoints import TrainingCheckpoints  # noqa: E402
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from dmpo.config import DMPOConfig, LearnerConfig
-from dmpo.plotting import (
+from dmpo.lifecycle.directory import RunDirectory
+from dmpo.reporting.logging import CSVLogger
+from dmpo.reporting.plotting import (
     Curve,
     _short_names,
     aggregate_curves,
@@ -20,8 +22,6 @@ from dmpo.plotting import (
     plot_runs,
     smooth,
 )
-from dmpo.runs import RunDirectory
-from dmpo.utils.logging import CSVLogger
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dmpo.time_to_score import time_to_score_markdown
+from benchtools.time_to_score import time_to_score_markdown
 
 _ROOT = Path(__file__).resolve().parent.parent
 _DATA = _ROOT / "benchmarks" / "recorded" / "issue13-100k.json"
@@ -103,8 +103,8 @@ def test_time_to_score_reads_measured_minutes_and_estimates_the_rest(recorded):
 
 def test_record_folder_reads_a_benchmark_folder_back(recorded, tmp_path):
     from dmpo.config import TrainConfig
-    from dmpo.runs import RunDirectory
-    from dmpo.utils.logging import CSVLogger
+    from dmpo.lifecycle.directory import RunDirectory
+    from dmpo.reporting.logging import CSVLogger
 
     def run(seed, steps, returns):
         config = TrainConfig(env="dmc:walker-walk", seed=seed, steps=30, eval_every=10)

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from dmpo.builder import CheckpointState
-from dmpo.checkpointing import CheckpointError
 from dmpo.config import ConfigError, TrainConfig
-from dmpo.interrupts import Interrupted, critical, exit_code, interrupt_on_signals
-from dmpo.runlock import RunLockedError, is_mine_or_free, run_lock
-from dmpo.runners.checkpoints import TrainingCheckpoints
-from dmpo.runs import RunDirectory, check_run_path, config_from_dict, config_to_dict
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+from dmpo.lifecycle.directory import RunDirectory, check_run_path, config_from_dict, config_to_dict
+from dmpo.lifecycle.interrupts import Interrupted, critical, exit_code, interrupt_on_signals
+from dmpo.lifecycle.lock import RunLockedError, is_mine_or_free, run_lock
+from dmpo.utils.checkpointing import CheckpointError
 
 
 def learner_state(value: float) -> dict:
@@ -106,7 +106,7 @@ def test_status_carries_a_reason_until_the_next_resume(tmp_path):
 
 _HOLD = """
 import sys, time
-from dmpo.runlock import run_lock
+from dmpo.lifecycle.lock import run_lock
 with run_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)

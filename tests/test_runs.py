@@ -12,7 +12,7 @@ import pytest
 
 import dmpo
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, MPOLossConfig, NetworkConfig
-from dmpo.runs import (
+from dmpo.lifecycle.directory import (
     RunDirectory,
     config_from_dict,
     config_to_dict,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dmpo.config import TrainConfig
-from dmpo.runs import RunDirectory
-from dmpo.utils.logging import CSVLogger
+from dmpo.lifecycle.directory import RunDirectory
+from dmpo.reporting.logging import CSVLogger
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from dmpo.acting import make_policy_fns
 from dmpo.config import NetworkConfig
 from dmpo.envs import FakeEnvironment
 from dmpo.networks import PolicyParams, init_params, make_networks
-from dmpo.snapshot import SnapshotError, load_policy, save_policy
+from dmpo.policies.snapshot import SnapshotError, load_policy, save_policy
 from dmpo.types import make_environment_spec
 
 CONFIG = NetworkConfig(policy_layer_sizes=(8, 8), critic_layer_sizes=(8,), num_atoms=5, init_scale=0.4)

@@ -14,17 +14,17 @@ import numpy as np
 import pytest
 from tensorboardX import SummaryWriter
 
-from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
-from dmpo.envs import FakeEnvironment
-from dmpo.runners.checkpoints import TrainingCheckpoints
-from dmpo.runners.local import train
-from dmpo.time_to_score import (
+from benchtools.time_to_score import (
     EvaluationTimes,
     evaluation_times,
     parse_thresholds,
     tensorboard_wall_seconds,
     time_to_score,
 )
+from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
+from dmpo.envs import FakeEnvironment
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+from dmpo.runners.local import train
 
 TINY = DMPOConfig(batch_size=8, samples_per_insert=2.0, min_replay_size=10, max_replay_size=500, n_step=2,
                   learner=LearnerConfig(num_samples=2),

@@ -1,4 +1,4 @@
-"""Checkpoint folders (dmpo.runners.checkpoints): a complete checkpoint is never replaced or deleted
+"""Checkpoint folders (dmpo.lifecycle.checkpoints): a complete checkpoint is never replaced or deleted
 before its successor is in place, and `latest()` skips a corrupt newest checkpoint with a warning."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from dmpo.checkpointing import CheckpointError
+from dmpo.lifecycle import checkpoints as checkpoints_module
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 from dmpo.replay import CheckpointError as ReplayCheckpointError
-from dmpo.runners import checkpoints as checkpoints_module
-from dmpo.runners.checkpoints import TrainingCheckpoints
+from dmpo.utils.checkpointing import CheckpointError
 
 
 def learner_state(value: float) -> dict:

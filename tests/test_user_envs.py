@@ -19,15 +19,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmpo.cli import main
+from dmpo.cli.main import main
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import EnvError, TaskFactory, make
 from dmpo.envs.entry_points import load_callable
 from dmpo.envs.registry import PipelineFactory
+from dmpo.learning.critic_support import MARGIN_ABOVE, MARGIN_BELOW, resolve_support
 from dmpo.learning.support_monitor import ROWS, THRESHOLD, SupportMonitor
+from dmpo.lifecycle.task_setup import prepare_task
 from dmpo.losses import support_edge_mass
-from dmpo.support import MARGIN_ABOVE, MARGIN_BELOW, resolve_support
-from dmpo.task_setup import prepare_task
 
 REPO = Path(__file__).resolve().parents[1]
 ENVS = "tests.envs_for_tests"
@@ -190,7 +190,7 @@ def test_entry_point_trains_evaluates_plots_and_resumes_exactly_from_the_cli(tmp
     assert "critic support auto" not in output  # the recorded numbers are used, nothing re-derived
     assert read_column(split, "environment_loop", "episode_return") == read_column(
         whole, "environment_loop", "episode_return")
-    from dmpo.snapshot import load_policy
+    from dmpo.policies.snapshot import load_policy
 
     for a, b in zip(jax.tree_util.tree_leaves(load_policy(whole).params),
                     jax.tree_util.tree_leaves(load_policy(split).params), strict=True):

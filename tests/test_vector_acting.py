@@ -20,14 +20,14 @@ from acting_reference import REFERENCE_FILE, cpu_model, fake_factory, learner_va
 from dmpo.acting import BatchedActor
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import FakeEnvironment
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 from dmpo.networks import PolicyParams, init_params, make_networks
 from dmpo.replay import NStepTransitionAdder
-from dmpo.runners.checkpoints import TrainingCheckpoints
+from dmpo.reporting.logging import NoOpLogger
 from dmpo.runners.environment_loop import EnvironmentLoop
 from dmpo.runners.vector_loop import VectorEnvironmentLoop
 from dmpo.types import make_environment_spec
 from dmpo.utils.counting import Counter
-from dmpo.utils.logging import NoOpLogger
 
 
 def test_one_environment_trains_bit_identically_to_the_stored_reference(tmp_path):
@@ -135,7 +135,7 @@ TINY = DMPOConfig(batch_size=16, samples_per_insert=8.0, min_replay_size=60, max
 
 def test_train_with_eight_environments_checkpoints_and_resumes_exactly(tmp_path):
     """`dmpo train --num-envs 8` (gym InvertedPendulum: episodes end early, at different steps)."""
-    from dmpo.cli import main
+    from dmpo.cli.main import main
 
     flags = ["--env", "gym:InvertedPendulum-v5", "--num-envs", "8", "--eval-every", "0", "--keep-checkpoints",
              "5", "--agent.networks.policy-layer-sizes", "8", "--agent.networks.critic-layer-sizes", "8",
@@ -157,7 +157,7 @@ def test_train_with_eight_environments_checkpoints_and_resumes_exactly(tmp_path)
         shutil.rmtree(path)
     main(["train", "--resume", str(killed), "--no-progress"])
     resumed = TrainingCheckpoints(killed / "checkpoints")
-    from dmpo.agent import DMPO
+    from dmpo.agent.core import DMPO
     from dmpo.envs import make
 
     spec = make_environment_spec(make("gym:InvertedPendulum-v5", seed=0))
@@ -178,7 +178,7 @@ def test_train_with_eight_environments_checkpoints_and_resumes_exactly(tmp_path)
 
 
 def test_pixel_environments_each_feed_the_frame_deduplicating_table():
-    from dmpo.agent import DMPO
+    from dmpo.agent.core import DMPO
     from dmpo.envs import make
     from dmpo.replay import FrameStackTable
 

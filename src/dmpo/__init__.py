@@ -14,7 +14,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "DMPO": "dmpo.agent",
+    "DMPO": "dmpo.agent.core",
     "ConfigError": "dmpo.config",
     "DMPOConfig": "dmpo.config",
     "LearnerConfig": "dmpo.config",
@@ -28,8 +28,8 @@ _EXPORTS = {
     "EnvironmentLoop": "dmpo.runners.environment_loop",
     "evaluate": "dmpo.runners.environment_loop",
     "train": "dmpo.runners.local",
-    "load_policy": "dmpo.snapshot",
-    "save_policy": "dmpo.snapshot",
+    "load_policy": "dmpo.policies.snapshot",
+    "save_policy": "dmpo.policies.snapshot",
     "make_networks": "dmpo.networks",
     "Learner": "dmpo.learning",
 }

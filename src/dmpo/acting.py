@@ -23,14 +23,19 @@ import dm_env
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tree
 
 from dmpo.config import MAX_NUM_ENVS
 from dmpo.networks import DMPONetworks, PolicyParams
-from dmpo.runners.vector_loop import stack_observations
 
 PolicyFn = Callable[[PolicyParams, jax.Array, Any, Any], jax.Array]
 ParamsSource = Callable[[], PolicyParams]
 
+
+
+def stack_observations(observations: Sequence[Any]) -> Any:
+    """N (possibly nested) observations -> one nest of `[N, ...]` arrays (the batched policy's input)."""
+    return tree.map_structure(lambda *xs: np.stack(xs), *observations)
 
 def make_policy_fns(networks: DMPONetworks) -> tuple[PolicyFn, Callable[[PolicyParams, Any], jax.Array]]:
     """Jitted `(sample_fn(params, key, step, obs), mean_fn(params, obs))` for one unbatched observation.

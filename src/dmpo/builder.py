@@ -219,7 +219,7 @@ class CheckpointState:
       distributed: written by the distributed learner node.
       wall_seconds: seconds since the run started when the checkpoint was taken (0 in checkpoints
         older than the field); a resumed run counts on from it, so evaluation rows keep a run-wide
-        wall-clock (`dmpo.time_to_score`).
+        wall-clock (`benchtools.time_to_score`).
     """
 
     env_steps: int
@@ -237,14 +237,14 @@ class CheckpointState:
     wall_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        from dmpo.formats import FORMAT_KEY, STATE_FORMAT
+        from dmpo.lifecycle.formats import FORMAT_KEY, STATE_FORMAT
 
         return {FORMAT_KEY: STATE_FORMAT, **dataclasses.asdict(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], *, where: str = "state.json") -> CheckpointState:
-        from dmpo.checkpointing import CheckpointError
-        from dmpo.formats import STATE_FORMAT, check_format
+        from dmpo.lifecycle.formats import STATE_FORMAT, check_format
+        from dmpo.utils.checkpointing import CheckpointError
 
         check_format(data, STATE_FORMAT, where, CheckpointError)
         fields = {f.name for f in dataclasses.fields(cls)}

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dmpo.files import atomic_write_text
+from dmpo.utils.files import atomic_write_text
 
 BEST_POLICY_FILE = "best.msgpack"
 BEST_RECORD_FILE = "best.json"

@@ -26,7 +26,7 @@ class ConfigError(ValueError):
 
 class ParsedConfigError(Exception):
     """A `ConfigError` raised while `parsing_flags()` is on. Not a ValueError, so that a command-line
-    parser (tyro wraps ValueErrors in its usage panel) lets it through to `dmpo.cli`, which names the
+    parser (tyro wraps ValueErrors in its usage panel) lets it through to `dmpo.cli.main`, which names the
     flag; `.error` is the ConfigError."""
 
     def __init__(self, error: ConfigError) -> None:
@@ -112,9 +112,11 @@ class NetworkConfig:
     critic_layer_sizes: tuple[int, ...] = (512, 512, 256)
     """Hidden sizes of the critic's layer-norm MLP (activated after the last layer)."""
     vmin: float | Literal["auto"] = -150.0
-    """Lowest atom of the categorical critic's support; "auto": from the task (`dmpo.support`)."""
+    """Lowest atom of the categorical critic's support; "auto": from the task
+    (`dmpo.learning.critic_support`)."""
     vmax: float | Literal["auto"] = 150.0
-    """Highest atom of the categorical critic's support; "auto": from the task (`dmpo.support`)."""
+    """Highest atom of the categorical critic's support; "auto": from the task
+    (`dmpo.learning.critic_support`)."""
     num_atoms: int = 51
     """Number of atoms of the categorical critic's support."""
     init_scale: float = 0.7
@@ -293,7 +295,7 @@ class TrainConfig:
     """Checkpoints kept on disk (oldest deleted first)."""
     video_every: int = 0
     """Environment steps between videos: the first evaluation after each multiple films one episode
-    to `<run>/videos/step_<env steps>.mp4` (`dmpo.videos`); 0 records none. Needs eval_every > 0."""
+    to `<run>/videos/step_<env steps>.mp4` (`dmpo.reporting.videos`); 0 records none. Needs eval_every > 0."""
     save_replay: bool = True
     """Store the replay contents in checkpoints and restore them on resume (both modes). Without
     them a resumed run waits for `min_replay_size` fresh observations before learning again."""
@@ -307,7 +309,7 @@ class TrainConfig:
     the run ends with a final checkpoint and status "finished" plus the reason (`dmpo.callbacks`)."""
     track: Literal["wandb", "mlflow"] | None = None
     """Also send the logged rows, the config and evaluation videos to an experiment tracker (extras
-    `dmpo[wandb]` / `dmpo[mlflow]`; `dmpo.trackers`)."""
+    `dmpo[wandb]` / `dmpo[mlflow]`; `dmpo.reporting.trackers`)."""
     track_project: str = "dmpo"
     """The W&B project or the MLflow experiment name."""
     num_envs: int = 1

@@ -74,7 +74,7 @@ class _WithAllCounts:
 
     def will_write(self) -> bool:
         # Without it `utils.logging.will_write` assumes True and the learner fetches every step's metrics.
-        from dmpo.utils.logging import will_write
+        from dmpo.reporting.logging import will_write
 
         return will_write(self._logger)
 
@@ -84,7 +84,7 @@ class _WithAllCounts:
 
 def make_node_logger(label: str, run_dir: str | None, time_delta: float) -> Any:
     """A node's logger: CSV + TensorBoard under `run_dir` (nothing if None), no terminal output."""
-    from dmpo.utils.logging import make_logger
+    from dmpo.reporting.logging import make_logger
 
     step_key = NODE_LOG_STEP_KEYS.get(label, "actor_steps")
     return _WithAllCounts(make_logger(label, run_dir, time_delta=time_delta, terminal=False,

@@ -20,9 +20,9 @@ from dmpo.distributed.cluster import ray_cluster
 from dmpo.distributed.options import DistributedResult, ProgramOptions
 from dmpo.distributed.program import DistributedProgram
 from dmpo.envs.registry import EnvironmentFactory
-from dmpo.interrupts import annotate, interrupt_on_signals
-from dmpo.runlock import run_lock
-from dmpo.trackers import without_secrets
+from dmpo.lifecycle.interrupts import annotate, interrupt_on_signals
+from dmpo.lifecycle.lock import run_lock
+from dmpo.reporting.trackers import without_secrets
 
 
 def run_distributed(
@@ -61,8 +61,8 @@ def run_distributed(
       stopping everything); re-raises KeyboardInterrupt after writing a final checkpoint.
     """
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    # One process per run directory (dmpo.runlock), taken before the program reads the checkpoints;
-    # SIGTERM/SIGHUP act as Ctrl-C (dmpo.interrupts), entered again once Ray has installed its own.
+    # One process per run directory (dmpo.lifecycle.lock), taken before the program reads the checkpoints;
+    # SIGTERM/SIGHUP act as Ctrl-C (dmpo.lifecycle.interrupts), entered again once Ray has installed its own.
     with run_lock(run_dir), interrupt_on_signals():
         program = DistributedProgram(config, run_dir=run_dir, options=options, env_factory=env_factory,
                                      network_factory=network_factory, resume=resume, callbacks=callbacks)
@@ -75,7 +75,7 @@ def run_distributed(
 
 def _drive(program: DistributedProgram, progress: bool,
            on_poll: Callable[[DistributedProgram], None] | None) -> DistributedResult:
-    from dmpo.utils.progress import Progress
+    from dmpo.reporting.progress import Progress
 
     status, reason = "failed", None
     interrupt: KeyboardInterrupt | None = None

@@ -1,5 +1,5 @@
 """The driver's side of callbacks and experiment trackers in the distributed program (`dmpo.callbacks`,
-`dmpo.trackers`).
+`dmpo.reporting.trackers`).
 
 Episodes, evaluations and checkpoints happen in the nodes; the driver learns of them in its
 monitoring passes, and this is where the user's callbacks run:
@@ -55,7 +55,7 @@ class DriverEvents:
 
     def start(self, run: Any) -> None:
         """Opens the tracker (continuing the run id in run.json) and calls `on_train_start`."""
-        from dmpo.trackers import CSVFollower, open_tracker
+        from dmpo.reporting.trackers import CSVFollower, open_tracker
 
         self._tracker = open_tracker(self.config, run)
         self._follower = CSVFollower(self.run_dir) if self._tracker is not None else None

@@ -92,7 +92,7 @@ class EvaluatorNode:
 
     def save_round_policy(self, index: int, path: str, metadata: dict[str, Any]) -> str | None:
         """Writes the parameters round `index` scored as a policy snapshot; None if no longer kept."""
-        from dmpo.snapshot import save_policy
+        from dmpo.policies.snapshot import save_policy
 
         params = self._round_params.get(index)
         if params is None:
@@ -157,12 +157,13 @@ class EvaluatorNode:
         return self.returns
 
     def _film_if_due(self, env_steps: int | None) -> None:
-        """One more episode of the evaluation policy, filmed (`dmpo.videos`), at each video boundary."""
+        """One more episode of the evaluation policy, filmed (`dmpo.reporting.videos`), at each
+        video boundary."""
         if self._next_video is None or env_steps is None or env_steps < self._next_video:
             return
         from dmpo.builder import next_boundary
+        from dmpo.reporting.videos import camera_render_fn, rendering_factory, video_path
         from dmpo.runners.environment_loop import evaluate
-        from dmpo.videos import camera_render_fn, rendering_factory, video_path
 
         self._next_video = next_boundary(env_steps, self._video_every)
         environment = rendering_factory(self._settings.env_factory)(self._seed + self.rounds)

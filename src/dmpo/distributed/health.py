@@ -76,7 +76,7 @@ def culprit_of_learner_failure(replay: Any) -> str:
 
 def failure_message(node: str, error: BaseException, run_dir: Path) -> str:
     """What the program says when a critical node failed: which, why, and where to resume from."""
-    from dmpo.runners.checkpoints import TrainingCheckpoints
+    from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
     latest = TrainingCheckpoints(run_dir / "checkpoints").latest()
     where = (f"the latest checkpoint is {latest}; run again with resume=True to continue from it"

@@ -7,13 +7,13 @@ other. The update donates the old state's buffers, so `get_variables()` reads th
 same lock; it is called once per actor every `variable_update_period` steps, so the lock costs
 nothing measurable.
 
-Checkpoints go to `<run_dir>/checkpoints` in the single-process layout (`dmpo.runners.checkpoints`,
+Checkpoints go to `<run_dir>/checkpoints` in the single-process layout (`dmpo.lifecycle.checkpoints`,
 state.json = `dmpo.builder.CheckpointState`, replay contents when `save_replay`). The driver asks
 for them (`save()`) at `checkpoint_every` environment-step boundaries; one more is written when
 `run()` ends. `DMPOConfig.checkpoint=False` writes none. `resume=True` restores the learner state
 and the shared counts from the latest one (the replay node restores the table itself).
 
-The policy snapshot (`<run_dir>/snapshots/policy.msgpack`, `dmpo.snapshot.save_policy`, written
+The policy snapshot (`<run_dir>/snapshots/policy.msgpack`, `dmpo.policies.snapshot.save_policy`, written
 atomically) is also written here, from the learner's target policy, when the driver asks
 (`save_snapshot`: after every evaluation round and at the end), with the local trainer's metadata.
 """
@@ -71,7 +71,7 @@ class LearnerNode:
         self._save_replay = save_replay
         self._checkpoints = None
         if settings.config.checkpoint:
-            from dmpo.runners.checkpoints import TrainingCheckpoints
+            from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
             self._checkpoints = TrainingCheckpoints(settings.checkpoint_dir, keep=keep_checkpoints)
         self._min_replay_size = settings.config.min_replay_size
@@ -147,7 +147,7 @@ class LearnerNode:
             return str(self._checkpoints.save(env_steps, learner_state, state.to_json(), table))
 
     def _restore(self, replay_restored: bool) -> None:
-        from dmpo.runners.checkpoints import TrainingCheckpoints
+        from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
         latest = None if self._checkpoints is None else self._checkpoints.latest()
         if latest is None:
@@ -170,7 +170,7 @@ class LearnerNode:
         action_repeat); the step counts are added here. Returns the file's path."""
         from pathlib import Path
 
-        from dmpo.snapshot import save_policy
+        from dmpo.policies.snapshot import save_policy
 
         with self._lock:
             params = self._learner.policy_params()

@@ -65,7 +65,7 @@ from dmpo.distributed.learner_node import make_learner_node
 from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
 from dmpo.envs.registry import EnvironmentFactory
-from dmpo.task_setup import prepare_task, saved_config
+from dmpo.lifecycle.task_setup import prepare_task, saved_config
 from dmpo.types import make_environment_spec
 
 _ROLE_ACTOR, _ROLE_EVALUATOR, _ROLE_LEARNER, _ROLE_REPLAY = 1, 2, 3, 4
@@ -164,7 +164,7 @@ class DistributedProgram:
 
     def _check_run_directory(self) -> Path | None:
         """The checkpoint to resume from (None for a fresh run); raises if the directory disagrees."""
-        from dmpo.runners.checkpoints import TrainingCheckpoints
+        from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
         checkpoints = self.run_dir / "checkpoints"
         latest = (TrainingCheckpoints(checkpoints).latest(verify_contents=self.resume)
@@ -234,7 +234,7 @@ class DistributedProgram:
 
     def _prepare_run_directory(self) -> str | None:
         """Creates or opens the run directory; returns the replay file to restore, if any."""
-        from dmpo.runs import RunDirectory
+        from dmpo.lifecycle.directory import RunDirectory
 
         if self.run_dir.joinpath("run.json").is_file():
             self._run = RunDirectory.open(self.run_dir)
@@ -244,7 +244,7 @@ class DistributedProgram:
             return None
         self._run.mark_resumed()
         from dmpo.distributed.common import NODE_LOG_STEP_KEYS
-        from dmpo.utils.logging import rewind_logs
+        from dmpo.reporting.logging import rewind_logs
 
         saved = json.loads((self._latest_checkpoint / "state.json").read_text())  # rows past it: logged twice
         for label, key in NODE_LOG_STEP_KEYS.items():

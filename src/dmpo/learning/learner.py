@@ -16,8 +16,8 @@ from dmpo.learning.state import TrainingState, init_training_state
 from dmpo.learning.support_monitor import SupportMonitor
 from dmpo.learning.update import make_multi_update_fn, make_update_fn
 from dmpo.networks import DMPONetworks, PolicyParams
+from dmpo.reporting.logging import will_write
 from dmpo.types import EnvironmentSpec, Transition
-from dmpo.utils.logging import will_write
 
 
 class CounterLike(Protocol):
@@ -27,7 +27,7 @@ class CounterLike(Protocol):
 
 
 class LoggerLike(Protocol):
-    """A sink for rows. It may also have `will_write() -> bool` (the loggers of `dmpo.utils.logging`
+    """A sink for rows. It may also have `will_write() -> bool` (the loggers of `dmpo.reporting.logging`
     do): False means a row written now would be dropped, so the learner skips fetching its metrics."""
 
     def write(self, data: dict[str, Any]) -> None: ...

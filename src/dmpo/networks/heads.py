@@ -66,7 +66,8 @@ def make_support(config: NetworkConfig) -> jax.Array:
     """The critic's fixed atoms for `config` (vmin, vmax, num_atoms)."""
     if "auto" in (config.vmin, config.vmax):
         raise ValueError("NetworkConfig.vmin/vmax 'auto' must be resolved from the environment before "
-                         "networks are built: dmpo.support.resolve_support (training does this)")
+                         "networks are built: dmpo.learning.critic_support.resolve_support "
+                         "(training does this)")
     return support_atoms(config.vmin, config.vmax, config.num_atoms)
 
 

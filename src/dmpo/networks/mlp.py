@@ -33,7 +33,7 @@ def batch_concat(inputs: Any) -> jax.Array:
     leaves = jax.tree_util.tree_leaves(inputs)
     if not leaves:
         raise ValueError("batch_concat needs at least one array leaf, got an empty nest")
-    # np.shape, not jnp.shape: shapes are static here, and jax2onnx (dmpo.export) turns jnp.shape
+    # np.shape, not jnp.shape: shapes are static here, and jax2onnx (dmpo.policies.export) turns jnp.shape
     # into a traced array while it converts, which a Python `!=` cannot branch on.
     batch = np.shape(leaves[0])[0] if np.ndim(leaves[0]) > 0 else None
     for leaf in leaves:

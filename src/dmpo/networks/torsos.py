@@ -64,7 +64,8 @@ class ImpalaTorso(nn.Module):
         x = to_unit_interval(images)
         for channels in self.channels:
             x = nn.Conv(channels, (3, 3), padding="SAME", kernel_init=self.kernel_init)(x)
-            # Keywords: jax2onnx (dmpo.export) swaps in a max_pool that takes window_shape by name only.
+            # Keywords: jax2onnx (dmpo.policies.export) swaps in a max_pool that takes window_shape by
+            # name only.
             x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding="SAME")
             for _ in range(self.num_blocks):
                 x = ResidualBlock(kernel_init=self.kernel_init)(x)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from dmpo.checkpointing import CheckpointError  # the one checkpoint error; imports no jax
-from dmpo.files import atomic_write
+from dmpo.utils.checkpointing import CheckpointError  # the one checkpoint error; imports no jax
+from dmpo.utils.files import atomic_write
 
 FORMAT = "dmpo.replay.table"
 VERSION = 1

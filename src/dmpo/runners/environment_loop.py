@@ -19,9 +19,9 @@ import dm_env
 import numpy as np
 import tree
 
+from dmpo.reporting.logging import Logger, make_logger
 from dmpo.types import NestedArray
 from dmpo.utils.counting import Counter
-from dmpo.utils.logging import Logger, make_logger
 
 __all__ = ["Agent", "EnvironmentLoop", "Observer", "default_render", "evaluate"]
 

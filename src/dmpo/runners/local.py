@@ -1,8 +1,8 @@
 """Training DMPO in one process: environment loop, evaluation, logs, checkpoints, snapshots, resume.
 
-`train(config, run_dir)` is what `dmpo train` runs. The run directory (`dmpo.runs`) receives the
-config, CSV/TensorBoard logs (`environment_loop`, `evaluator`, `learner`), checkpoints and the policy
-snapshot. `train(..., resume=True)` continues from the newest checkpoint.
+`train(config, run_dir)` is what `dmpo train` runs. The run directory (`dmpo.lifecycle.directory`)
+receives the config, CSV/TensorBoard logs (`environment_loop`, `evaluator`, `learner`), checkpoints and
+the policy snapshot. `train(..., resume=True)` continues from the newest checkpoint.
 
 Exact resume. A checkpoint is taken at an episode end, so the n-step adder holds nothing. The
 training environment is re-created from `(seed, episode index)` at the start of every segment between
@@ -36,26 +36,26 @@ from typing import Any
 import jax
 import numpy as np
 
-from dmpo.agent import DMPO
+from dmpo.agent.core import DMPO
 from dmpo.builder import CheckpointState, environment_factory, next_boundary
 from dmpo.callbacks import Callback, CallbackList, RunEvents, default_callbacks
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvironmentFactory
-from dmpo.interrupts import CriticalCalls, annotate, interrupt_on_signals
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+from dmpo.lifecycle.directory import RunDirectory, new_run_path
+from dmpo.lifecycle.interrupts import CriticalCalls, annotate, interrupt_on_signals
+from dmpo.lifecycle.lock import run_lock
+from dmpo.lifecycle.task_setup import prepare_task, saved_config
 from dmpo.networks import DMPONetworks
-from dmpo.runlock import run_lock
-from dmpo.runners.checkpoints import TrainingCheckpoints
+from dmpo.policies.snapshot import save_policy
+from dmpo.reporting.logging import make_logger
+from dmpo.reporting.progress import Progress
+from dmpo.reporting.trackers import check_installed, open_tracker
+from dmpo.reporting.videos import camera_render_fn, rendering_factory, video_path
 from dmpo.runners.environment_loop import evaluate
 from dmpo.runners.vector_loop import VectorEnvironmentLoop
-from dmpo.runs import RunDirectory, new_run_path
-from dmpo.snapshot import save_policy
-from dmpo.task_setup import prepare_task, saved_config
-from dmpo.trackers import check_installed, open_tracker
 from dmpo.types import EnvironmentSpec, make_environment_spec
 from dmpo.utils.counting import Counter
-from dmpo.utils.logging import make_logger
-from dmpo.utils.progress import Progress
-from dmpo.videos import camera_render_fn, rendering_factory, video_path
 
 _EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
 
@@ -208,7 +208,7 @@ class LocalTrainer:
         if video is None:
             env = self.env_factory(seed)
             result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
-        else:  # the same episodes, filmed from an environment made able to render (`dmpo.videos`)
+        else:  # the same episodes, filmed from an environment made able to render (`dmpo.reporting.videos`)
             env = rendering_factory(self.env_factory)(seed)
             result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes,
                               video_path=video, render_fn=camera_render_fn())
@@ -284,7 +284,7 @@ class LocalTrainer:
                 self.save_snapshot()
                 if self._last_checkpoint_step != self.env_steps():
                     self.save_checkpoint()
-            except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP (dmpo.interrupts)
+            except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP (dmpo.lifecycle.interrupts)
                 try:
                     self.save_checkpoint(mid_episode=True)
                 except BaseException as error:
@@ -321,7 +321,7 @@ class LocalTrainer:
     def _run_segment(self) -> None:
         envs = [self.env_factory(segment_seed(self.config.seed, self.episodes, i))
                 for i in range(self.config.num_envs)]
-        # An interrupt waits for the end of the agent call it arrives in (dmpo.interrupts.critical).
+        # An interrupt waits for the end of the agent call it arrives in (dmpo.lifecycle.interrupts.critical).
         loop = VectorEnvironmentLoop(envs, CriticalCalls(self.agent), self.actor_counter, self.loop_logger,
                                      should_stop=self._segment_done, on_episode_end=self._on_episode_end)
         try:
@@ -353,7 +353,7 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
     evaluations, checkpoints and the end; distributed, in this (the driver's) process.
 
     `env_factory(seed)` may return a gymnasium.Env or a dm_env.Environment: it goes through the task
-    pipeline (`dmpo.task_setup`), and its name is recorded as `config.env`."""
+    pipeline (`dmpo.lifecycle.task_setup`), and its name is recorded as `config.env`."""
     if resume and not config.agent.checkpoint:
         raise ConfigError("cannot resume: DMPOConfig.checkpoint is False, so this run writes no checkpoints")
     check_installed(config.track)
@@ -369,7 +369,8 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
         run = RunDirectory.open(run_dir)
     else:
         run = RunDirectory.create(run_dir or new_run_path(), config, seed=config.seed)
-    # One process per run directory (dmpo.runlock); SIGTERM/SIGHUP act as Ctrl-C (dmpo.interrupts).
+    # One process per run directory (dmpo.lifecycle.lock); SIGTERM/SIGHUP act as Ctrl-C
+    # (dmpo.lifecycle.interrupts).
     with run_lock(run.path), interrupt_on_signals():
         try:
             trainer = LocalTrainer(config, run, resume=resume, env_factory=factory, networks=networks,

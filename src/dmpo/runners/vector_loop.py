@@ -25,18 +25,14 @@ from typing import Any, Protocol
 
 import dm_env
 import numpy as np
-import tree
 
+from dmpo.acting import stack_observations
+from dmpo.reporting.logging import Logger, make_logger
 from dmpo.runners.environment_loop import _add_reward, _check_count, _plain_return
 from dmpo.utils.counting import Counter
-from dmpo.utils.logging import Logger, make_logger
 
-__all__ = ["BatchedAgent", "VectorEnvironmentLoop", "lockstep_env_seeds", "stack_observations"]
+__all__ = ["BatchedAgent", "VectorEnvironmentLoop", "lockstep_env_seeds"]
 
-
-def stack_observations(observations: Sequence[Any]) -> Any:
-    """N (possibly nested) observations -> one nest of `[N, ...]` arrays (the batched policy's input)."""
-    return tree.map_structure(lambda *xs: np.stack(xs), *observations)
 
 
 def lockstep_env_seeds(seed: int, num_envs: int) -> list[int]:

@@ -1,28 +1,6 @@
-"""Infrastructure shared by the agents: loggers, counters and the progress display."""
+"""The lowest layer, shared by every other: counters (`counting`), atomic file writes (`files`), the
+checksummed pytree checkpoint format (`checkpointing`) and silencers of third-party noise (`quiet`)."""
 
 from dmpo.utils.counting import Counter, CounterLike
-from dmpo.utils.logging import (
-    CSVLogger,
-    Dispatcher,
-    Logger,
-    NoOpLogger,
-    TensorBoardLogger,
-    TerminalLogger,
-    TimeFilter,
-    make_logger,
-)
-from dmpo.utils.progress import Progress
 
-__all__ = [
-    "CSVLogger",
-    "Counter",
-    "CounterLike",
-    "Dispatcher",
-    "Logger",
-    "NoOpLogger",
-    "Progress",
-    "TensorBoardLogger",
-    "TerminalLogger",
-    "TimeFilter",
-    "make_logger",
-]
+__all__ = ["Counter", "CounterLike"]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dmpo.checkpointing import CheckpointError
+from dmpo.utils.checkpointing import CheckpointError
 
 __all__ = ["CORRUPT_PREFIX", "prune"]
 

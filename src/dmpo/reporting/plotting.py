@@ -1,6 +1,6 @@
 """Learning curves from run directories: one line per group of runs (seeds), with a spread band.
 
-Reads `<run>/logs/<label>/logs.csv` (see `dmpo.utils.logging.CSVLogger`), optionally smooths each
+Reads `<run>/logs/<label>/logs.csv` (see `dmpo.reporting.logging.CSVLogger`), optionally smooths each
 run with a trailing moving average, interpolates the runs of a group onto a common x grid (where they
 all have data), and draws the mean with a min–max, ±std or 95%-confidence band (named in the
 legend), optionally with each run's own curve. Runs are grouped by default when their config.json
@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dmpo.files import atomic_write_bytes
+from dmpo.utils.files import atomic_write_bytes
 
 __all__ = ["BAND_NAMES", "Curve", "aggregate_curves", "group_runs", "interpolate_curves", "load_curve",
            "plot_figure", "plot_runs", "smooth"]

@@ -159,7 +159,7 @@ def plot_performance_profile(values: Mapping[str, Mapping[str, Mapping[int, floa
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    from dmpo.files import atomic_write_bytes
+    from dmpo.utils.files import atomic_write_bytes
 
     library, _ = _rliable()
     from rliable import plot_utils

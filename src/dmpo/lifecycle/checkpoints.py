@@ -1,7 +1,7 @@
 """Training checkpoints: one folder per checkpoint holding everything a resumed run needs.
 
     checkpoints/step_000000012345/
-        learner/checkpoint_*.ckpt   the whole TrainingState (dmpo.checkpointing: checksummed, no pickle)
+        learner/checkpoint_*.ckpt   the whole TrainingState (dmpo.utils.checkpointing: checksummed, no pickle)
         replay.npz                  replay contents, counters and sampler RNG (optional)
         state.json                  counters, agent and actor counts, episode index
 
@@ -12,7 +12,7 @@ loadable; half-written folders are removed the next time the directory is opened
 A complete checkpoint is never replaced: a second save at the same environment step with a different
 state (a Ctrl-C in the episode after a periodic checkpoint: actor steps are counted at episode end)
 goes to `step_<N>-1`, `step_<N>-2`, ..., which sort after `step_<N>`. Old checkpoints are pruned only
-after the new one is in place (`dmpo.runners.retention`: the new one and the newest verified one are
+after the new one is in place (`dmpo.lifecycle.retention`: the new one and the newest verified one are
 never deleted, an unusable one is moved aside to `.corrupt-step_<N>`).
 
 `latest()` verifies the newest checkpoint (state.json parses, the learner file's and the replay
@@ -31,10 +31,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from dmpo.checkpointing import Checkpointer, CheckpointError, verify_checkpoint_file
-from dmpo.files import atomic_write_text, fsync_directory
-from dmpo.runlock import is_mine_or_free
-from dmpo.runners.retention import prune
+from dmpo.lifecycle.lock import is_mine_or_free
+from dmpo.lifecycle.retention import prune
+from dmpo.utils.checkpointing import Checkpointer, CheckpointError, verify_checkpoint_file
+from dmpo.utils.files import atomic_write_text, fsync_directory
 
 _NAME = re.compile(r"^step_(\d{12})(?:-(\d+))?$")
 _TEMP_PREFIX = ".step_"
@@ -105,7 +105,7 @@ class TrainingCheckpoints:
         self.directory = Path(directory)
         self.keep = keep
         self.directory.mkdir(parents=True, exist_ok=True)
-        # Folders left by a run killed mid-save; while another process holds the run (`dmpo.runlock`)
+        # Folders left by a run killed mid-save; while another process holds the run (`dmpo.lifecycle.lock`)
         # they may be its save in progress, so only a run's lock holder (or nobody) removes them.
         if is_mine_or_free(self.directory.parent):
             for stray in self.directory.glob(f"{_TEMP_PREFIX}*"):
@@ -182,7 +182,7 @@ class TrainingCheckpoints:
             shutil.rmtree(temp, ignore_errors=True)
             raise
         fsync_directory(self.directory)
-        prune(self.paths(), final, self.keep, verify)  # see dmpo.runners.retention
+        prune(self.paths(), final, self.keep, verify)  # see dmpo.lifecycle.retention
         return final
 
     @staticmethod

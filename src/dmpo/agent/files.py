@@ -2,8 +2,8 @@
 
     <path>/
         agent.json        format, seed, environment spec, the agent's and the actor's counts
-        config.json       the DMPOConfig (dmpo.runs.save_config)
-        learner/          the whole TrainingState (dmpo.checkpointing: checksummed, no pickle)
+        config.json       the DMPOConfig (dmpo.lifecycle.directory.save_config)
+        learner/          the whole TrainingState (dmpo.utils.checkpointing: checksummed, no pickle)
         replay.npz        replay contents and sampler state (only with replay=True)
 
 A loaded agent continues exactly where the saved one stood: the same next action (the actor's
@@ -11,7 +11,7 @@ randomness is `fold_in(seed key, action count)`) and, with the replay saved, the
 Save between episodes: the n-step adder's pending steps of an unfinished episode are not kept. Custom
 networks (`DMPO(networks=...)`) are not saved; pass the same ones to `load`. The folder is written
 under a temporary name and renamed into place when complete, and an existing folder is never replaced.
-The training runs of `dmpo train` keep their own checkpoints (`dmpo.runners.checkpoints`).
+The training runs of `dmpo train` keep their own checkpoints (`dmpo.lifecycle.checkpoints`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dmpo.checkpointing import Checkpointer
 from dmpo.config import DMPOConfig
-from dmpo.files import fsync_directory
-from dmpo.runs import load_config, save_config
-from dmpo.snapshot import environment_spec_from_dict, environment_spec_to_dict
+from dmpo.lifecycle.directory import load_config, save_config
+from dmpo.policies.snapshot import environment_spec_from_dict, environment_spec_to_dict
+from dmpo.utils.checkpointing import Checkpointer
+from dmpo.utils.files import fsync_directory
 
 if TYPE_CHECKING:
-    from dmpo.agent import DMPO
+    from dmpo.agent.core import DMPO
     from dmpo.networks import DMPONetworks
 
 __all__ = ["load_agent", "save_agent"]
@@ -67,10 +67,9 @@ def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = Fals
     return path
 
 
-def load_agent(path: str | os.PathLike[str], *, networks: DMPONetworks | None = None, logger: Any = None,
-               counter: Any = None) -> DMPO:
-    from dmpo.agent import DMPO
-
+def load_agent(agent_class: type[DMPO], path: str | os.PathLike[str], *, networks: DMPONetworks | None = None,
+               logger: Any = None, counter: Any = None) -> DMPO:
+    # The class comes from `DMPO.load`: this module never imports the agent, so the two form no circle.
     path = Path(path)
     record_file = path / "agent.json"
     if not record_file.is_file():
@@ -79,7 +78,7 @@ def load_agent(path: str | os.PathLike[str], *, networks: DMPONetworks | None = 
     if record.get("format") != _FORMAT:
         raise ValueError(f"{record_file}: format {record.get('format')!r}, this dmpo reads format {_FORMAT}")
     config = load_config(path / "config.json", DMPOConfig)
-    agent = DMPO(environment_spec_from_dict(record["environment_spec"]), config, networks=networks,
+    agent = agent_class(environment_spec_from_dict(record["environment_spec"]), config, networks=networks,
                  seed=record["seed"], logger=logger, counter=counter,
                  overlap_learner=record["overlap_learner"])
     state, _ = Checkpointer(path / "learner").restore(agent.learner.save_state())

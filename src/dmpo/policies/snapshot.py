@@ -24,10 +24,10 @@ from flax import serialization
 
 from dmpo.acting import make_policy_fns
 from dmpo.config import NetworkConfig
-from dmpo.files import atomic_write_bytes
+from dmpo.lifecycle.directory import config_from_dict, config_to_dict
 from dmpo.networks import PolicyParams, init_params, make_networks
-from dmpo.runs import config_from_dict, config_to_dict
 from dmpo.types import EnvironmentSpec
+from dmpo.utils.files import atomic_write_bytes
 
 FORMAT = "dmpo-policy-snapshot"
 VERSION = 1

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dmpo.files import atomic_write
+from dmpo.utils.files import atomic_write
 
 FORMAT = "dmpo-checkpoint"
 VERSION = 1

@@ -27,6 +27,7 @@ from typing import Any
 import dm_env
 import numpy as np
 
+from dmpo.agent.files import load_agent, save_agent
 from dmpo.builder import DMPOBuilder, derive_seeds
 from dmpo.config import DMPOConfig
 from dmpo.learning import BatchSlot
@@ -193,18 +194,14 @@ class DMPO:
     # -- saving and loading ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str], *, replay: bool = False) -> Path:
         """Writes the learner state, config and counts (and, with `replay`, the replay contents) to a
-        new folder `path`; `DMPO.load(path)` continues from it (see `dmpo.agent_files`)."""
-        from dmpo.agent_files import save_agent
-
+        new folder `path`; `DMPO.load(path)` continues from it (see `dmpo.agent.files`)."""
         return save_agent(self, path, replay=replay)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, networks: DMPONetworks | None = None, logger: Any = None,
              counter: Any = None) -> DMPO:
         """The agent `save` wrote to `path`: same next action, and with its replay the same next update."""
-        from dmpo.agent_files import load_agent
-
-        return load_agent(path, networks=networks, logger=logger, counter=counter)
+        return load_agent(cls, path, networks=networks, logger=logger, counter=counter)
 
     # -- policies for evaluation and snapshots ---------------------------------------------------
     def policy_params(self) -> PolicyParams:

@@ -9,7 +9,7 @@ Layout of a run directory (spec §9, rooted at `./runs/<run-id>` instead of `~/a
     videos/         evaluation videos
 
 Every JSON file is written atomically (temporary file in the same folder + `os.replace`), so a crash
-never leaves a half-written file behind (`dmpo.files`).
+never leaves a half-written file behind (`dmpo.utils.files`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any, Literal, TypeVar
 
 import dmpo
 from dmpo.config import ConfigError
-from dmpo.files import atomic_write_text
-from dmpo.formats import CONFIG_FORMAT, FORMAT_KEY, RUN_INFO_FORMAT, check_format
+from dmpo.lifecycle.formats import CONFIG_FORMAT, FORMAT_KEY, RUN_INFO_FORMAT, check_format
+from dmpo.utils.files import atomic_write_text
 
 __all__ = [
     "RunDirectory",

@@ -22,8 +22,8 @@ from typing import Annotated, Literal
 
 import tyro
 
+from dmpo.cli.flags import flag_message
 from dmpo.config import AGENT_PRESETS, ConfigError, ParsedConfigError, TrainConfig, parsing_flags
-from dmpo.flags import flag_message
 
 
 def _fail(message: str) -> None:
@@ -65,10 +65,10 @@ def train(
     import contextlib
 
     from dmpo.config import flags_parsed
-    from dmpo.interrupts import exit_code, message
-    from dmpo.runlock import RunLockedError, run_lock
-    from dmpo.runs import check_run_path
-    from dmpo.trackers import check_installed
+    from dmpo.lifecycle.directory import check_run_path
+    from dmpo.lifecycle.interrupts import exit_code, message
+    from dmpo.lifecycle.lock import RunLockedError, run_lock
+    from dmpo.reporting.trackers import check_installed
 
     flags_parsed()
     del preset  # `main` has already built the config from it, so that flags apply on top
@@ -89,7 +89,7 @@ def train(
                 if run_dir is not None and Path(run_dir) != Path(resume):
                     _fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
                 check_run_path(resume)
-                stack.enter_context(run_lock(resume))  # before the checkpoints are read (dmpo.runlock)
+                stack.enter_context(run_lock(resume))  # before the checkpoints are read (dmpo.lifecycle.lock)
                 config = _apply_resume_flags(resume, config)
                 run_dir = resume
             elif run_dir is not None:
@@ -113,7 +113,7 @@ def train(
 
 def _check_before_training(config: TrainConfig) -> None:
     """Warnings and checks on the final config (after --resume's flags), before anything starts."""
-    from dmpo.flags import budget_warnings
+    from dmpo.cli.flags import budget_warnings
 
     for warning in budget_warnings(config):
         print(f"dmpo: warning: {warning}", file=sys.stderr)
@@ -122,7 +122,7 @@ def _check_before_training(config: TrainConfig) -> None:
     if config.video_every:
         from dmpo.builder import environment_factory
         from dmpo.envs import EnvError
-        from dmpo.videos import check_can_film
+        from dmpo.reporting.videos import check_can_film
 
         try:  # e.g. gym classic-control tasks without pygame: said now, not at the first video
             check_can_film(environment_factory(config), config.seed)
@@ -132,7 +132,7 @@ def _check_before_training(config: TrainConfig) -> None:
 
 def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
            ray_address: str | None, resources: dict | None = None) -> dict:
-    from dmpo.checkpointing import CheckpointError
+    from dmpo.utils.checkpointing import CheckpointError
 
     if config.pixels:
         os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
@@ -180,7 +180,7 @@ def _preset_argument(args: list[str]) -> str | None:
 
 
 def _saved_config(run: Path) -> TrainConfig:
-    from dmpo.runs import RunDirectory
+    from dmpo.lifecycle.directory import RunDirectory
 
     try:
         return RunDirectory.open(run).load_config(TrainConfig)
@@ -206,9 +206,9 @@ def _apply_resume_flags(resume: Path, config: TrainConfig) -> TrainConfig:
     """The config to resume with: the saved one with the flags given now applied (`main` parses
     them on top of the saved config). Fails naming any field that cannot change on resume, and
     names an unusable newest checkpoint before anything is built."""
-    from dmpo.checkpointing import CheckpointError
-    from dmpo.runners.checkpoints import TrainingCheckpoints
-    from dmpo.runs import RunDirectory
+    from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+    from dmpo.lifecycle.directory import RunDirectory
+    from dmpo.utils.checkpointing import CheckpointError
 
     saved = _saved_config(resume)
     changes = _differences(saved, config)
@@ -220,7 +220,7 @@ def _apply_resume_flags(resume: Path, config: TrainConfig) -> TrainConfig:
         listed = ", ".join(f"{name} (saved {old!r}, given {new!r})" for name, (old, new) in fixed.items())
         _fail(f"--resume {resume}: these settings cannot change on resume, the checkpoint was made with "
               f"the saved ones: {listed}; only {', '.join(RESUMABLE_FIELDS)} may change")
-    from dmpo.runners.checkpoints import verify
+    from dmpo.lifecycle.checkpoints import verify
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -275,11 +275,11 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
     except ImportError:
         _fail("--actors needs Ray, which is not installed; install it with: "
               "pip install 'dmpo[distributed]'")
-    from dmpo.checkpointing import CheckpointError
     from dmpo.distributed import NodeFailure, ProgramOptions, run_distributed
     from dmpo.envs import EnvError
-    from dmpo.runs import RunDirectory, new_run_path
-    from dmpo.task_setup import prepare_task
+    from dmpo.lifecycle.directory import RunDirectory, new_run_path
+    from dmpo.lifecycle.task_setup import prepare_task
+    from dmpo.utils.checkpointing import CheckpointError
 
     config = config.resolved()
     if not resume:
@@ -362,8 +362,8 @@ def evaluate(
     if video is not None:
         _check_output("--video", video)
     from dmpo.envs import EnvError, make
+    from dmpo.policies.snapshot import SnapshotError, load_policy
     from dmpo.runners.environment_loop import evaluate as run_evaluation
-    from dmpo.snapshot import SnapshotError, load_policy
 
     if best:
         if not target.is_dir():
@@ -386,7 +386,7 @@ def evaluate(
         environment = make(name, seed=seed, pixels=bool(meta.get("pixels")),
                            action_repeat=meta.get("action_repeat"), render=video is not None)
         _check_spec_matches(policy.environment_spec, environment, name)
-        from dmpo.videos import camera_render_fn, parse_camera
+        from dmpo.reporting.videos import camera_render_fn, parse_camera
 
         result = run_evaluation(environment, policy, episodes, video_path=video,
                                 render_fn=camera_render_fn(parse_camera(camera)))
@@ -424,7 +424,7 @@ def plot(
       per_seed: also draw each run's own curve, thin.
       title: the plot's title (default: the task(s), the y column and the log).
     """
-    from dmpo.plotting import plot_runs
+    from dmpo.reporting.plotting import plot_runs
 
     if not runs:
         _fail("give at least one run directory")
@@ -487,7 +487,7 @@ def export(
       output: file to write.
       best: export snapshots/best.msgpack (the best-evaluated policy) instead of the latest.
     """
-    from dmpo.export import ExportError, export_policy
+    from dmpo.policies.export import ExportError, export_policy
 
     try:
         path = export_policy(target, output, format, best=best)
@@ -529,5 +529,3 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(error))
 
 
-if __name__ == "__main__":
-    main()

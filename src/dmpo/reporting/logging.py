@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dmpo.files import atomic_write_bytes
+from dmpo.utils.files import atomic_write_bytes
 
 __all__ = [
     "CSVLogger",
@@ -393,7 +393,7 @@ def make_logger(
     With `run_dir=None` nothing is written to disk (CSV and TensorBoard are skipped). With
     `resume_from_step` (a resumed run: the checkpoint's value of `step_key`) the existing logs are
     first cut back to that step (`rewind_logs`), so that they continue without duplicate steps.
-    `extra_sinks` get the same rows (e.g. an experiment tracker's, `dmpo.trackers`).
+    `extra_sinks` get the same rows (e.g. an experiment tracker's, `dmpo.reporting.trackers`).
     """
     if resume_from_step is not None and run_dir is not None:
         if step_key is None:

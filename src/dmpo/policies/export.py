@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmpo.snapshot import LoadedPolicy, SnapshotError, load_policy
+from dmpo.policies.snapshot import LoadedPolicy, SnapshotError, load_policy
 
 __all__ = ["ExportError", "FORMATS", "export_policy", "input_spec", "policy_function", "resolve_snapshot"]
 
@@ -113,7 +113,7 @@ def export_policy(target: str | os.PathLike[str], output: str | os.PathLike[str]
 
     Every check (format, snapshot, output folder, extra) runs before the export; the file is written
     atomically, so an existing file at `output` is replaced whole or not at all."""
-    from dmpo.files import atomic_write_bytes
+    from dmpo.utils.files import atomic_write_bytes
 
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")

@@ -1,7 +1,7 @@
 """Learning benchmarks: per-run figures read from run folders, and their mean over seeds with a
 percentile-bootstrap confidence interval; the results table (CSV, markdown) and a figure of curves.
 
-For each run (`dmpo.runs` layout) the evaluator log `logs/evaluator/logs.csv` gives
+For each run (`dmpo.lifecycle.directory` layout) the evaluator log `logs/evaluator/logs.csv` gives
 
 * the **final return**: `return_mean` of the last evaluation row;
 * the **area under the curve**: the trapezoid integral of `return_mean` over `actor_steps`, divided by
@@ -9,7 +9,7 @@ For each run (`dmpo.runs` layout) the evaluator log `logs/evaluator/logs.csv` gi
 * the **speed**: environment steps reached divided by the run's wall time.
 
 Over the seeds of one (task, configuration) the interquartile mean and the mean are reported with
-95% bootstrap intervals from rliable (`dmpo.benchmark_statistics`, which also aggregates across tasks);
+95% bootstrap intervals from rliable (`benchtools.statistics`, which also aggregates across tasks);
 with fewer than 3 seeds there is no interval. Such an interval never leaves the range of the seeds, and
 with 3 seeds it is about that range, so with few seeds it says how far they agree, not more. The curves'
 shaded bands are a pointwise percentile bootstrap of the mean (`bootstrap_ci`). The launcher is
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dmpo.files import atomic_write_bytes, atomic_write_text
-from dmpo.plotting import interpolate_curves, load_curve
+from dmpo.reporting.plotting import interpolate_curves, load_curve
+from dmpo.utils.files import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "GroupSummary",
@@ -189,8 +189,8 @@ class GroupSummary:
 
 def summarise(results: Sequence[RunResult], *, resamples: int = 10_000, seed: int = 0) -> list[GroupSummary]:
     """One summary per (task, config), in the order they first appear in `results`; seeds sorted.
-    Intervals: rliable's 95% bootstrap over seeds (`dmpo.benchmark_statistics.per_task`)."""
-    from dmpo.benchmark_statistics import per_task
+    Intervals: rliable's 95% bootstrap over seeds (`benchtools.statistics.per_task`)."""
+    from benchtools.statistics import per_task
 
     groups: dict[tuple[str, str], list[RunResult]] = {}
     for result in results:
@@ -305,10 +305,10 @@ def plot_benchmark(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[
 def plot_wallclock(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[str]]]],
                    output: str | os.PathLike[str], *, confidence: float = 0.95, resamples: int = 10_000,
                    seed: int = 0, num_points: int = 200, title: str | None = None) -> Path | None:
-    """As `plot_benchmark`, against the wall-clock minutes of each evaluation (`dmpo.time_to_score`);
+    """As `plot_benchmark`, against the wall-clock minutes of each evaluation (`benchtools.time_to_score`);
     runs without a known wall time are left out, and None is returned when no run has one."""
-    from dmpo.plotting import Curve
-    from dmpo.time_to_score import evaluation_times
+    from benchtools.time_to_score import evaluation_times
+    from dmpo.reporting.plotting import Curve
 
     panels: dict[str, dict[str, tuple]] = {}
     for task, configs in groups.items():

@@ -2,7 +2,7 @@
 
 Layout of a benchmark folder `out`::
 
-    runs/<preset>/<task>/seed-<S>/          a `dmpo train` run folder (`dmpo.runs`); `:` in the task is `-`
+    runs/<preset>/<task>/seed-<S>/          a `dmpo train` run folder; `:` in the task is `-`
     output/<preset>__<task>__seed-<S>.log   that process's stdout and stderr
     bench.json                              the launching commands; per run, each process's wall time
 
@@ -10,7 +10,7 @@ A run is identified by the `dmpo train` flags that define it (its *settings*: ta
 evaluation, preset and extra flags), which its run.json records. `plan_action` decides what to do with
 each planned run: skip it when finished, resume it from its newest checkpoint, set an unusable folder
 aside (renamed, never deleted) and start again, or refuse a folder made with other settings. The figures
-read from finished runs are in `dmpo.benchmarking`; the command line is `benchmarks/learning.py`.
+read from finished runs are in `benchtools.results`; the command line is `benchmarks/learning.py`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmpo.benchmarking import read_run
-from dmpo.runs import atomic_write_json
+from benchtools.results import read_run
+from dmpo.lifecycle.directory import atomic_write_json
 
 __all__ = ["Manifest", "PlannedRun", "exclusive", "find_runs", "now_iso", "plan_action", "run_all",
            "set_aside", "task_folder"]

@@ -1,7 +1,7 @@
 """Format versions of the files a run writes for later reading.
 
 `state.json` (a checkpoint's counters), `config.json` and `run.json` carry a `"format_version"`
-key; the policy snapshot carries its own `"version"` (`dmpo.snapshot.VERSION`). A file without the
+key; the policy snapshot carries its own `"version"` (`dmpo.policies.snapshot.VERSION`). A file without the
 key was written before versions existed and reads as version 1. A reader refuses a file newer than
 the version it knows, naming both, instead of silently dropping fields it does not know (an older
 dmpo resuming a newer checkpoint would otherwise lose, e.g., its pending SGD steps). Raise a version

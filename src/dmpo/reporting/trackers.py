@@ -77,7 +77,8 @@ class Tracker:
 
 
 class TrackerSink:
-    """A logger sink of one label (see `dmpo.utils.logging.make_logger`); closing it keeps the run open."""
+    """A logger sink of one label (see `dmpo.reporting.logging.make_logger`); closing it keeps the
+    run open."""
 
     def __init__(self, tracker: Tracker, label: str) -> None:
         self._tracker, self._label = tracker, label
@@ -177,7 +178,7 @@ def open_tracker(config: Any, run: Any) -> Tracker | None:
     if config.track is None:
         return None
     check_installed(config.track)
-    from dmpo.runs import config_to_dict
+    from dmpo.lifecycle.directory import config_to_dict
 
     saved = run.info().get("tracker") or {}
     run_id = saved.get("id") if saved.get("kind") == config.track else None

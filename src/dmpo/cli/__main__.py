@@ -1,0 +1,6 @@
+"""`python -m dmpo.cli ...` runs the `dmpo` command."""
+
+
+from dmpo.cli.main import main
+
+main()

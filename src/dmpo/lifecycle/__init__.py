@@ -1,0 +1,9 @@
+"""A training run's life and the files it keeps, shared by the single process and the Ray program.
+
+- `directory`: the run folder (config, run record, logs, checkpoints, snapshots, videos).
+- `lock`: one process per run folder.
+- `interrupts`: SIGINT, SIGTERM and SIGHUP as one stop path.
+- `checkpoints`: the training checkpoint's state (build, verify, restore); `retention`: which ones stay.
+- `formats`: format versions of the files a run writes.
+- `task_setup`: what both modes do with the task before anything is built.
+"""

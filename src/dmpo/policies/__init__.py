@@ -1,0 +1,1 @@
+"""A trained policy outside training: snapshots (`load_policy`) and exports (ONNX, StableHLO)."""
