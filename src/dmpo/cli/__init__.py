@@ -1,5 +1,2 @@
-"""The `dmpo` command (`main`) and what it says about its flags (`flags`)."""
-
-from dmpo.cli.main import main
-
-__all__ = ["main"]
+"""The `dmpo` command: `dmpo.cli.main` (the subcommands and their entry point `main`) and
+`dmpo.cli.flags` (what the command says about its flags). `python -m dmpo.cli` runs it too."""
