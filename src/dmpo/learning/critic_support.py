@@ -1,4 +1,4 @@
-"""`--agent.networks.vmin auto` / `vmax auto`: a categorical critic support that fits the task (issue 25).
+"""`--agent.networks.vmin auto` / `vmax auto`: a categorical critic support that fits the task.
 
 The critic predicts the discounted return `Z = Σ_t γ^t r_t` of agent steps (γ the learner's discount;
 the environment's discount 0 at a termination only cuts the sum short). If every per-step reward lies
@@ -11,7 +11,9 @@ Two sources of `[lo, hi]`, in this order:
 1. **Declared** by the task: a dm_env `BoundedArray` reward spec with finite bounds (after the action
    repeat, see `ActionRepeatWrapper.reward_spec`), or a `dmc:` task, whose rewards the suite keeps in
    [0, 1] per control step (so [0, R] per agent step with action repeat R, and [0, R/(1−γ)] for Z:
-   [0, 100] at γ = 0.99, R = 1). Used exactly, no margin.
+   [0, 100] at γ = 0.99, R = 1), or a gymnasium task whose reward function is bounded by its own
+   definition (`GYM_REWARD_BOUNDS`: Pendulum's reward is a cost ≤ 0, so no atom lies above a return
+   of 0). Used exactly, no margin.
 2. **Observed**: otherwise (gymnasium declares no reward range since 1.0) a uniformly random policy
    takes `min_replay_size` agent steps in an environment of its own (seed `seed + 7_919_993`) before
    training, and `[lo, hi]` are the smallest and largest rewards it saw. A random policy's rewards
@@ -40,6 +42,19 @@ MARGIN_ABOVE = 1.0
 """Observed mode: ... and above it by this share (learning raises returns, so more room above)."""
 PROBE_SEED_OFFSET = 7_919_993
 
+GYM_REWARD_BOUNDS: dict[str, tuple[float, float]] = {
+    # -(θ² + 0.1·θ̇² + 0.001·u²) with θ ∈ [-π, π], |θ̇| ≤ 8, |u| ≤ 2 (gymnasium's pendulum.py).
+    "Pendulum-v1": (-(np.pi**2 + 0.1 * 8.0**2 + 0.001 * 2.0**2), 0.0),
+    # -0.1·u² with |u| ≤ 1, plus 100 at the step that reaches the goal.
+    "MountainCarContinuous-v0": (-0.1, 100.0),
+    # 1 while the pole is up (v4), the same as an int of "not terminated" (v5).
+    "InvertedPendulum-v4": (0.0, 1.0),
+    "InvertedPendulum-v5": (0.0, 1.0),
+}
+"""Per-control-step reward bounds of gymnasium tasks whose reward is bounded by its definition
+(gymnasium 1.x declares no reward range). Tasks whose rewards grow with speed (HalfCheetah, Hopper,
+Walker2d...) have no such bound and use the observed rule."""
+
 
 def value_bounds(low: float, high: float, discount: float) -> tuple[float, float]:
     """The interval of discounted returns for per-step rewards in `[low, high]` (module docstring)."""
@@ -57,9 +72,12 @@ def declared_reward_bounds(environment: Any, config: TrainConfig) -> tuple[float
         low, high = float(np.min(spec.minimum)), float(np.max(spec.maximum))
         if np.isfinite(low) and np.isfinite(high) and low <= high:
             return low, high
+    repeat = config.action_repeat or (2 if config.pixels else 1)
     if config.env.startswith("dmc:"):
-        repeat = config.action_repeat or (2 if config.pixels else 1)
         return 0.0, float(repeat)
+    gym_bounds = GYM_REWARD_BOUNDS.get(config.env.removeprefix("gym:")) if config.env.startswith("gym:") else None
+    if gym_bounds is not None:  # a sum of `repeat` control-step rewards per agent step
+        return repeat * gym_bounds[0], repeat * gym_bounds[1]
     return None
 
 
