@@ -33,7 +33,8 @@ def pendulum_reward(theta: float, theta_dot: float, torque: float) -> float:
 
 def test_pendulum_bounds_are_gymnasiums_extreme_rewards():
     low, high = GYM_REWARD_BOUNDS["Pendulum-v1"]
-    assert pendulum_reward(np.pi, 8.0, 2.0) == pytest.approx(low, rel=1e-6)  # upside down, fastest, full torque
+    # Upside down, at the fastest speed, with full torque: the largest cost.
+    assert pendulum_reward(np.pi, 8.0, 2.0) == pytest.approx(low, rel=1e-6)
     assert pendulum_reward(0.0, 0.0, 0.0) == high == 0.0  # upright and still
     rng = np.random.default_rng(0)
     for theta, speed, torque in zip(rng.uniform(-np.pi, np.pi, 50), rng.uniform(-8, 8, 50),

@@ -75,8 +75,8 @@ def declared_reward_bounds(environment: Any, config: TrainConfig) -> tuple[float
     repeat = config.action_repeat or (2 if config.pixels else 1)
     if config.env.startswith("dmc:"):
         return 0.0, float(repeat)
-    gym_bounds = GYM_REWARD_BOUNDS.get(config.env.removeprefix("gym:")) if config.env.startswith("gym:") else None
-    if gym_bounds is not None:  # a sum of `repeat` control-step rewards per agent step
+    gym_bounds = GYM_REWARD_BOUNDS.get(config.env.removeprefix("gym:"))
+    if config.env.startswith("gym:") and gym_bounds is not None:  # a sum of `repeat` control-step rewards per agent step
         return repeat * gym_bounds[0], repeat * gym_bounds[1]
     return None
 
