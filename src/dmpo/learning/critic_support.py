@@ -76,7 +76,7 @@ def declared_reward_bounds(environment: Any, config: TrainConfig) -> tuple[float
     if config.env.startswith("dmc:"):
         return 0.0, float(repeat)
     gym_bounds = GYM_REWARD_BOUNDS.get(config.env.removeprefix("gym:"))
-    if config.env.startswith("gym:") and gym_bounds is not None:  # a sum of `repeat` control-step rewards per agent step
+    if config.env.startswith("gym:") and gym_bounds is not None:  # a sum of `repeat` control steps
         return repeat * gym_bounds[0], repeat * gym_bounds[1]
     return None
 
