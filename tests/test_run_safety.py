@@ -99,7 +99,7 @@ def test_status_carries_a_reason_until_the_next_resume(tmp_path):
     run.set_status("failed", reason="OSError: [Errno 28] No space left on device")
     assert run.info()["status"] == "failed" and "No space" in run.info()["status_reason"]
     run.mark_resumed()
-    assert run.info()["status"] == "running" and "status_reason" not in run.info()
+    assert run.info()["status"] == "starting" and "status_reason" not in run.info()
 
 
 # ------------------------------------------------------------------------------ one process per run
