@@ -26,8 +26,8 @@ from typing import Any
 
 from dmpo.config import ConfigError, TrainConfig
 
-__all__ = ["RESUMABLE_FIELDS", "ResumeError", "ResumePlan", "apply_resume", "config_differences",
-           "plan_resume"]
+__all__ = ["RESUMABLE_FIELDS", "NoRunError", "ResumeError", "ResumePlan", "apply_resume",
+           "config_differences", "plan_resume"]
 
 # Settings that may differ on resume; any other difference would not match the checkpoint.
 RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors",
@@ -36,6 +36,10 @@ RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", 
 
 class ResumeError(ConfigError):
     """The run cannot be resumed as asked; the message is one line naming the run and the reason."""
+
+
+class NoRunError(ResumeError, FileNotFoundError):
+    """The folder to resume is missing or holds no run (no config.json / run.json)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +92,7 @@ def _saved_config(run_dir: Path) -> TrainConfig:
     try:
         return RunDirectory.open(run_dir).load_config(TrainConfig)
     except FileNotFoundError as error:
-        raise ResumeError(f"cannot resume {run_dir}: {error}") from error
+        raise NoRunError(f"cannot resume {run_dir}: {error}") from error
     except (ConfigError, ValueError) as error:
         raise ResumeError(f"cannot resume {run_dir}: its config.json cannot be read: {error}") from error
 
@@ -111,7 +115,7 @@ def plan_resume(run_dir: str | Path, config: TrainConfig | None = None) -> Resum
     """The plan to continue `run_dir` with `config` (None: its saved config); see the module docstring."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ResumeError(f"cannot resume {run_dir}: no such run directory")
+        raise NoRunError(f"cannot resume {run_dir}: no such run directory")
     saved = _saved_config(run_dir)
     given = saved if config is None else config.resolved()
     if not given.agent.checkpoint:
