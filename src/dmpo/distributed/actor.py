@@ -76,7 +76,8 @@ class ActorNode:
         # (`dmpo.lifecycle.schedule`, held by the counter service).
         total = int(self._counter.sync().get("actor_steps", 0))
         episode_return = float(np.sum(row["episode_return"]))
-        ray.get(self._counter_service.check_schedule.remote(total, episode_return), timeout=60.0)
+        # No timeout: a due checkpoint is written before this node goes on (a dead service raises).
+        ray.get(self._counter_service.check_schedule.remote(total, episode_return))
         if self._total_steps is not None and total >= self._total_steps:
             self._stop.set()
 

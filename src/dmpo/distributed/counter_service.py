@@ -23,16 +23,19 @@ class CounterService:
 
     It also holds the run's schedule (`dmpo.lifecycle.schedule.RunSchedule`, None: none), because the
     schedule is checked with the shared total: each acting node calls `check_schedule` at its episode
-    ends. A due evaluation asks the learner for its variables at once (given `set_learner`), so the
-    round scores the policy of that moment whenever the evaluator gets to it; the driver collects the
-    due events with `take_due`.
+    ends, as one process checks at each of its episode ends. Given the learner (`set_learner`), a due
+    evaluation asks it for its variables at once, so the round scores the policy of that moment
+    whenever the evaluator gets to it, and a due checkpoint is written before the acting node goes on
+    (the node that found it due waits for it, as one process does; the others keep acting). The
+    driver collects the due events with `take_due`. `evaluations`: rounds before this run (resumed).
     """
 
-    def __init__(self, schedule: Any = None) -> None:
+    def __init__(self, schedule: Any = None, evaluations: int = 0) -> None:
         import threading
 
         self._counter = Counter()
         self._schedule = schedule
+        self._evaluations = evaluations  # what the checkpoints record (the boundary rounds asked for)
         self._schedule_lock = threading.Lock()
         self._learner: Any = None
         self._due: list[tuple[str, int, list[Any]]] = []  # (event, env steps, [variables ref] or [])
@@ -51,10 +54,15 @@ class CounterService:
                 return
             due = self._schedule.check(int(env_steps))
             if due.evaluation is not None:
+                self._evaluations += 1
                 variables = [self._learner.get_variables.remote()] if self._learner is not None else []
                 self._due.append(("evaluation", due.evaluation, variables))
-            if due.checkpoint is not None:
-                self._due.append(("checkpoint", due.checkpoint, []))
+            save = None
+            if due.checkpoint is not None and self._learner is not None:
+                save = self._learner.save.remote(self._evaluations, before_steps=self._schedule.total_steps)
+                self._due.append(("checkpoint", due.checkpoint, [save]))
+        if save is not None:  # outside the lock: other nodes' checks go on meanwhile
+            ray.wait([save], timeout=None)  # an error is the driver's to report (take_due)
 
     def take_due(self) -> tuple[list[tuple[str, int, list[Any]]], list[float]]:
         """The events that fell due since the last call, in order, and the episode returns since then

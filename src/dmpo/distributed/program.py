@@ -67,6 +67,7 @@ from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_ser
 from dmpo.envs.registry import EnvironmentFactory
 from dmpo.lifecycle.schedule import RunSchedule
 from dmpo.lifecycle.seeds import ROLE_ACTOR, ROLE_EVALUATOR, ROLE_LEARNER, ROLE_REPLAY, node_seed
+from dmpo.lifecycle.status import RunStatus
 from dmpo.lifecycle.task_setup import prepare_task, saved_config
 from dmpo.types import make_environment_spec
 
@@ -138,6 +139,7 @@ class DistributedProgram:
         self._started_at: float | None = None
         self._settings: NodeSettings | None = None
         self._run: Any = None
+        self.status: RunStatus | None = None  # dmpo.lifecycle.status, once the run directory is open
         self._health: HealthChecks | None = None
         self._save_ref: Any = None
         self._last_save_time = 0.0
@@ -175,11 +177,11 @@ class DistributedProgram:
                 raise FileExistsError(f"{self.run_dir} already holds checkpoints ({latest.name}); pass "
                                       "resume=True to continue that run, or use a new run directory")
             return None
-        if not self.run_dir.joinpath("run.json").is_file():
-            raise FileNotFoundError(f"cannot resume: {self.run_dir} is not a run directory (no run.json)")
-        if latest is None:
-            raise FileNotFoundError(f"cannot resume: no checkpoint in {checkpoints}")
-        return latest
+        from dmpo.lifecycle.resume import apply_resume, plan_resume
+
+        plan = plan_resume(self.run_dir, self.config)  # refuses what `dmpo train --resume` refuses
+        apply_resume(plan)
+        return plan.checkpoint  # None: stopped before its first checkpoint, so again from step 0
 
     def _restored_state(self) -> CheckpointState | None:
         if self._latest_checkpoint is None:
@@ -210,7 +212,8 @@ class DistributedProgram:
         schedule = RunSchedule(total_steps=config.steps, eval_every=config.eval_every,
                                checkpoint_every=config.checkpoint_every, start=self._start_steps,
                                checkpoints=config.agent.checkpoint)
-        self.counter = RemoteCounterService.options(scheduling_strategy=driver_node).remote(schedule)
+        self.counter = RemoteCounterService.options(scheduling_strategy=driver_node).remote(
+            schedule, evaluations=self.evaluations)
         replay_config = ReplayServiceConfig(
             seed=node_seed(self.seed, ROLE_REPLAY),
             max_concurrent_inserts=config.actors * opts.max_inserts_in_flight + 1,
@@ -220,7 +223,8 @@ class DistributedProgram:
         use_gpu = self._use_gpu if self._use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
         self.learner = make_learner_node(
             self._settings, node_seed(self.seed, ROLE_LEARNER), self.replay, self.counter, use_gpu=use_gpu,
-            keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay, resume=self.resume,
+            keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay,
+            resume=self._latest_checkpoint is not None,
             replay_restored=replay_path is not None, samples_in_flight=opts.samples_in_flight,
             publish_interval=opts.variable_publish_seconds, resources=opts.learner_resources)
         self._learner_ref = self.learner.run.remote(opts.max_learner_steps)
@@ -237,6 +241,7 @@ class DistributedProgram:
             {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
              "counter": self.counter.get_counts.remote},
             startup_timeout=opts.startup_timeout_seconds, health_timeout=opts.health_timeout_seconds)
+        self.status.running()
 
     def _prepare_run_directory(self) -> str | None:
         """Creates or opens the run directory; returns the replay file to restore, if any."""
@@ -246,16 +251,21 @@ class DistributedProgram:
             self._run = RunDirectory.open(self.run_dir)
         else:
             self._run = RunDirectory.create(self.run_dir, self.config, seed=self.seed, exist_ok=True)
-        if self._latest_checkpoint is None:
+        if self.resume:
+            self._run.mark_resumed()  # status starting again, the resume recorded
+        self.status = RunStatus(self._run)
+        if not self.resume:
             return None
-        self._run.mark_resumed()
         from dmpo.distributed.common import NODE_LOG_STEP_KEYS
         from dmpo.reporting.logging import rewind_logs
 
-        saved = json.loads((self._latest_checkpoint / "state.json").read_text())  # rows past it: logged twice
-        for label, key in NODE_LOG_STEP_KEYS.items():
+        saved = ({"env_steps": 0, "learner_steps": 0} if self._latest_checkpoint is None  # from step 0
+                 else json.loads((self._latest_checkpoint / "state.json").read_text()))
+        for label, key in NODE_LOG_STEP_KEYS.items():  # rows past the checkpoint would be logged twice
             rewind_logs(self.run_dir, label, key, int(saved["learner_steps" if key == "learner_steps"
                                                          else "env_steps"]))
+        if self._latest_checkpoint is None:
+            return None
         replay = self._latest_checkpoint / "replay.npz"
         return str(replay) if self.config.save_replay and replay.is_file() else None
 
@@ -324,11 +334,16 @@ class DistributedProgram:
         self._due_ref = None
         events, returns = answer
         self.episode_returns.extend(returns)
-        for event, steps, variables in events:
+        for event, steps, refs in events:
             if event == "evaluation":
-                self._request_evaluation(steps, variables)
-            elif event == "checkpoint":
-                self.request_checkpoint()
+                self._request_evaluation(steps, refs)
+            elif event == "checkpoint":  # written already, at the boundary (counter_service)
+                self._last_save_time = time.monotonic()
+                try:
+                    path = ray.get(refs[0], timeout=self.options.stop_timeout_seconds)
+                except Exception as error:
+                    raise NodeFailure(self._failure_message("learner", error)) from error
+                self.events.checkpoint_written(path)
 
     def request_checkpoint(self) -> None:
         """Asks the learner for a checkpoint (after the previous one is written: one at a time). None
@@ -489,8 +504,8 @@ class DistributedProgram:
             kill(handle)
         if reason is None:
             reason = self.events.stop_reason  # a callback's stop (e.g. --stop-at-return)
-        if self._run is not None:
-            self._run.set_status(status, reason=reason)
+        if self.status is not None:
+            self.status.end(status, reason)
         result = DistributedResult(
             status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
             actors=sorted(self._actor_results, key=lambda r: r["index"]), actor_restarts=self.actor_restarts,
