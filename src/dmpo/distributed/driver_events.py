@@ -96,7 +96,10 @@ class DriverEvents:
         """The learner wrote the checkpoint `path` (None: it had nothing to write): `on_checkpoint`."""
         if path is None:
             return
-        state = json.loads((Path(path) / "state.json").read_text())
+        try:
+            state = json.loads((Path(path) / "state.json").read_text())
+        except FileNotFoundError:  # retention removed it already: newer checkpoints were written since
+            return
         self.callbacks.on_checkpoint({"path": path, "env_steps": int(state["env_steps"]),
                                       "learner_steps": int(state["learner_steps"])})
 

@@ -26,11 +26,11 @@ from typing import Any
 
 import ray
 
-from dmpo.builder import CheckpointState
 from dmpo.distributed.common import NodeSettings, make_node_logger
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.replay_client import RemoteTableSampler, TimedBatches
 from dmpo.distributed.variables import VariablePublisher
+from dmpo.lifecycle.checkpoints import CheckpointState
 
 
 class _RemoteTable:
