@@ -123,8 +123,9 @@ def plan_resume(run_dir: str | Path, config: TrainConfig | None = None) -> Resum
                           "checkpoints")
     changes = config_differences(saved, given)
     if "actors" in changes and 0 in changes["actors"]:
-        raise ResumeError(f"cannot resume {run_dir}: actors cannot switch between single-process (0) and "
-                          f"distributed training on resume (saved {saved.actors}, given {given.actors})")
+        raise ResumeError(f"cannot resume {run_dir}: the number of actors (--actors) cannot switch between "
+                          f"single-process (0) and distributed training on resume (saved {saved.actors}, "
+                          f"given {given.actors})")
     fixed = {name: values for name, values in changes.items() if name not in RESUMABLE_FIELDS}
     if fixed:
         listed = ", ".join(f"{name} (saved {old!r}, given {new!r})" for name, (old, new) in fixed.items())
