@@ -12,8 +12,9 @@ import wandb_records
 from dmpo.callbacks import BestPolicy, Callback, CallbackList, RunEvents, StopAtReturn, read_best
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import FakeEnvironment
+from dmpo.lifecycle.seeds import evaluation_seed
 from dmpo.policies.snapshot import load_policy
-from dmpo.runners.local import _EVAL_SEED_OFFSET, segment_seed, train
+from dmpo.runners.local import train
 from test_agent import tiny_config
 
 EVAL_EVERY = 30
@@ -26,7 +27,7 @@ def fake_env(seed: int) -> FakeEnvironment:
 def evaluation_return(config_seed: int, index: int) -> float:
     """Evaluation `index`'s return, computed independently: the fake task's rewards do not depend on the
     actions, so one episode of the evaluation environment with any policy scores it."""
-    env = fake_env(segment_seed(config_seed + _EVAL_SEED_OFFSET, index))
+    env = fake_env(evaluation_seed(config_seed, index))
     timestep, total = env.reset(), 0.0
     while not timestep.last():
         timestep = env.step(np.zeros(1, np.float32))

@@ -99,7 +99,7 @@ def test_status_carries_a_reason_until_the_next_resume(tmp_path):
     run.set_status("failed", reason="OSError: [Errno 28] No space left on device")
     assert run.info()["status"] == "failed" and "No space" in run.info()["status_reason"]
     run.mark_resumed()
-    assert run.info()["status"] == "running" and "status_reason" not in run.info()
+    assert run.info()["status"] == "starting" and "status_reason" not in run.info()
 
 
 # ------------------------------------------------------------------------------ one process per run
@@ -215,3 +215,37 @@ def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_
     info = RunDirectory(tmp_path / "run").info()
     assert info["status"] == "failed", info
     assert info["status_reason"].startswith("OSError: [Errno 28] No space left on device"), info
+
+
+# ------------------------------------------------------------- a run stopped before its first checkpoint
+
+
+def test_a_run_interrupted_before_its_first_checkpoint_resumes_from_step_zero(tmp_path, monkeypatch):
+    import dataclasses
+
+    from dmpo.envs import FakeEnvironment
+    from dmpo.runners import local
+    from test_agent import reach_config, tiny_config
+
+    config = dataclasses.replace(reach_config(60), eval_every=30, agent=tiny_config())
+    factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10)  # noqa: E731
+    real_init = local.LocalTrainer.__init__
+
+    def interrupted_while_starting(self, *args, **kwargs):
+        raise Interrupted(signal.SIGTERM)  # e.g. while JAX starts: the run folder exists, no checkpoint
+
+    monkeypatch.setattr(local.LocalTrainer, "__init__", interrupted_while_starting)
+    with pytest.raises(Interrupted):
+        local.train(config, tmp_path / "run", env_factory=factory, progress=False, quiet=True)
+    run = RunDirectory(tmp_path / "run")
+    assert run.info()["status"] == "interrupted" and not any(run.checkpoints_dir.iterdir())
+
+    monkeypatch.setattr(local.LocalTrainer, "__init__", real_init)
+    summary = local.train(config, run.path, resume=True, env_factory=factory, progress=False, quiet=True)
+    assert summary["env_steps"] == 60
+    info = run.info()
+    assert info["status"] == "finished" and len(info["resumes"]) == 1
+    import csv
+
+    with open(run.logs_dir / "evaluator" / "logs.csv", newline="") as f:
+        assert [int(float(row["actor_steps"])) for row in csv.DictReader(f)] == [30, 60]

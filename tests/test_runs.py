@@ -117,7 +117,7 @@ def test_create_makes_layout_and_info(tmp_path):
     for name in ("logs", "tb", "checkpoints", "snapshots", "videos"):
         assert (run.path / name).is_dir()
     info = run.info()
-    assert info["command"] == ["dmpo", "train"] and info["seed"] == 7 and info["status"] == "running"
+    assert info["command"] == ["dmpo", "train"] and info["seed"] == 7 and info["status"] == "starting"
     assert info["dmpo_version"] == dmpo.__version__
     assert datetime.datetime.fromisoformat(info["start_time"]).tzinfo is not None
     assert run.load_config(Outer) == config
@@ -141,7 +141,7 @@ def test_open_resume_and_status(tmp_path):
     assert run.info()["status"] == "interrupted" and "end_time" in run.info()
     run.mark_resumed(command=["second"])
     info = run.info()
-    assert info["status"] == "running" and info["command"] == ["first"]
+    assert info["status"] == "starting" and info["command"] == ["first"]
     assert [r["command"] for r in info["resumes"]] == [["second"]]
     with pytest.raises(ValueError, match="status must be one of"):
         run.set_status("done")  # type: ignore[arg-type]

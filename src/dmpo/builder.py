@@ -24,13 +24,14 @@ builds its table from a builder without loading JAX.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 
 from dmpo.config import DMPOConfig
+from dmpo.lifecycle.checkpoints import CheckpointState  # noqa: F401 - re-exported (moved there)
+from dmpo.lifecycle.schedule import next_boundary  # noqa: F401 - re-exported (moved there)
 from dmpo.replay import (
     FrameStackTable,
     MinSize,
@@ -192,67 +193,6 @@ def environment_factory(config: Any) -> Any:
     from dmpo.envs import TaskFactory
 
     return TaskFactory(config.env, pixels=config.pixels, action_repeat=config.action_repeat)
-
-
-def next_boundary(steps: int, every: int) -> int:
-    """The first multiple of `every` above `steps`: one checkpoint or evaluation per crossed boundary."""
-    return (steps // every + 1) * every
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointState:
-    """What a checkpoint's `state.json` holds besides the learner state and replay (both modes).
-
-    Attributes:
-      env_steps: actor steps when the checkpoint was taken (names the checkpoint folder).
-      learner_steps: learner steps.
-      counts: the run's counter totals (`actor_steps`, `learner_steps`, ...).
-      num_observations: environment steps the learning schedule has seen.
-      learning_starts: observation count from which learning (re)starts; after a resume without
-        replay it is that resume's count plus `min_observations`.
-      episodes / evaluations: training episodes and evaluation rounds so far.
-      num_actions: the behaviour actor's action count (its RNG position); None when distributed.
-      pending_sgd_steps: synchronous updates due but not yet run (`sgd_steps_per_call` > 1).
-      counters: local counters' exact state (root and children) for bit-exact resume; None when
-        distributed (the shared counter is restored from `counts`).
-      mid_episode: taken inside an episode (Ctrl-C): a resume starts a new episode.
-      distributed: written by the distributed learner node.
-      wall_seconds: seconds since the run started when the checkpoint was taken (0 in checkpoints
-        older than the field); a resumed run counts on from it, so evaluation rows keep a run-wide
-        wall-clock (`benchtools.time_to_score`).
-    """
-
-    env_steps: int
-    learner_steps: int
-    counts: dict[str, Any]
-    num_observations: int
-    learning_starts: int
-    episodes: int = 0
-    evaluations: int = 0
-    num_actions: int | None = None
-    pending_sgd_steps: int = 0
-    counters: dict[str, Any] | None = None
-    mid_episode: bool = False
-    distributed: bool = False
-    wall_seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        from dmpo.lifecycle.formats import FORMAT_KEY, STATE_FORMAT
-
-        return {FORMAT_KEY: STATE_FORMAT, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any], *, where: str = "state.json") -> CheckpointState:
-        from dmpo.lifecycle.formats import STATE_FORMAT, check_format
-        from dmpo.utils.checkpointing import CheckpointError
-
-        check_format(data, STATE_FORMAT, where, CheckpointError)
-        fields = {f.name for f in dataclasses.fields(cls)}
-        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
-        missing = sorted(required - set(data))
-        if missing:
-            raise CheckpointError(f"{where} lacks {missing}; it was not written by this version of dmpo")
-        return cls(**{key: value for key, value in data.items() if key in fields})
 
 
 __all__ = ["CheckpointState", "DMPOBuilder", "NetworkFactory", "OnDemandSampler", "derive_seeds",

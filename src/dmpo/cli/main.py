@@ -149,12 +149,6 @@ def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress:
         raise AssertionError("unreachable") from error
 
 
-# Settings that may differ on `--resume` (a longer budget, other periods, more actors); any other
-# difference from the saved config would not match the checkpoint (networks, env, agent) and is refused.
-RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors",
-                    "stop_at_return", "video_every")
-
-
 def _resume_argument(args: list[str]) -> Path | None:
     """The RUN of `train ... --resume RUN` (or `--resume=RUN`) in raw arguments, else None."""
     if not args or args[0] != "train":
@@ -189,58 +183,31 @@ def _saved_config(run: Path) -> TrainConfig:
         raise AssertionError("unreachable") from error
 
 
-def _differences(saved: object, given: object, prefix: str = "") -> dict[str, tuple[object, object]]:
-    """`{dotted field: (saved, given)}` for every leaf field that differs between two configs."""
-    import dataclasses
-
-    if dataclasses.is_dataclass(saved) and type(saved) is type(given):
-        found: dict[str, tuple[object, object]] = {}
-        for field in dataclasses.fields(saved):
-            found.update(_differences(getattr(saved, field.name), getattr(given, field.name),
-                                      f"{prefix}{field.name}."))
-        return found
-    return {} if saved == given else {prefix.rstrip("."): (saved, given)}
-
-
 def _apply_resume_flags(resume: Path, config: TrainConfig) -> TrainConfig:
     """The config to resume with: the saved one with the flags given now applied (`main` parses
-    them on top of the saved config). Fails naming any field that cannot change on resume, and
-    names an unusable newest checkpoint before anything is built."""
-    from dmpo.lifecycle.checkpoints import TrainingCheckpoints
-    from dmpo.lifecycle.directory import RunDirectory
-    from dmpo.utils.checkpointing import CheckpointError
+    them on top of the saved config), by the library's resume rules (`dmpo.lifecycle.resume`): a
+    refused change or an unusable newest checkpoint is one line, before anything is built."""
+    from dmpo.lifecycle.resume import ResumeError, apply_resume, plan_resume
 
-    saved = _saved_config(resume)
-    changes = _differences(saved, config)
-    if "actors" in changes and 0 in changes["actors"]:
-        _fail(f"--resume {resume}: --actors cannot switch between single-process (0) and distributed "
-              f"training on resume (saved {saved.actors}, given {config.actors})")
-    fixed = {name: values for name, values in changes.items() if name not in RESUMABLE_FIELDS}
-    if fixed:
-        listed = ", ".join(f"{name} (saved {old!r}, given {new!r})" for name, (old, new) in fixed.items())
-        _fail(f"--resume {resume}: these settings cannot change on resume, the checkpoint was made with "
-              f"the saved ones: {listed}; only {', '.join(RESUMABLE_FIELDS)} may change")
-    from dmpo.lifecycle.checkpoints import verify
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            latest = TrainingCheckpoints(Path(resume) / "checkpoints", keep=config.keep_checkpoints).latest()
-            reached = int(verify(latest).get("env_steps", 0)) if latest is not None else None
-        except CheckpointError as error:
-            _fail(f"--resume {resume}: {error}")
-    if reached is not None and reached >= config.steps:  # nothing to train: change nothing
-        print(f"{resume} already reached {reached} env steps (steps {config.steps}); nothing to do. "
-              f"Pass --steps with a larger number to extend it.")
+    try:
+        plan = plan_resume(resume, config)
+    except ResumeError as error:
+        _fail(str(error))  # it names the run and the reason
+        raise AssertionError("unreachable") from error
+    if plan.nothing_to_do:  # nothing to train: change nothing
+        print(f"{resume} already reached {plan.reached} env steps (steps {plan.config.steps}); nothing to "
+              f"do. Pass --steps with a larger number to extend it.")
         raise SystemExit(0)
-    for warning in caught:
-        print(f"dmpo: warning: {warning.message}", file=sys.stderr)
+    for warning in plan.warnings:
+        print(f"dmpo: warning: {warning}", file=sys.stderr)
     warnings.filterwarnings("ignore", message="skipping unusable checkpoint")  # said once, above
-    if changes:
-        RunDirectory(resume).update_config(config, changes)
-        for name, (old, new) in changes.items():
-            print(f"resume: {name} {old} -> {new}", file=sys.stderr)
-    return config
+    apply_resume(plan)
+    for name, (old, new) in plan.changes.items():
+        print(f"resume: {name} {old} -> {new}", file=sys.stderr)
+    if plan.from_scratch:
+        print(f"resume: {resume} has no checkpoint yet; training starts again from step 0 with its saved "
+              "config", file=sys.stderr)
+    return plan.config
 
 
 def _parse_resources(flags: dict[str, str | None]) -> dict[str, dict[str, float] | None]:

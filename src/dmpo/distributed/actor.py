@@ -25,13 +25,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
 import ray
 
 from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.replay_client import RemoteReplayWriter
 from dmpo.distributed.variables import AsyncVariableClient
-from dmpo.runners.vector_loop import lockstep_env_seeds
+from dmpo.lifecycle.seeds import lockstep_env_seeds
 
 
 class ActorNode:
@@ -47,6 +48,7 @@ class ActorNode:
         self.index = index
         self.seed = seed
         self._total_steps = total_steps
+        self._counter_service = counter_service
         self._stop = threading.Event()
         self._settings = settings
         self._variables = AsyncVariableClient(learner.get_variables.remote, settings.variable_update_period)
@@ -57,10 +59,11 @@ class ActorNode:
         self._adders = builder.make_adders(self._batcher, settings.num_envs)  # one per environment
         self._actor = builder.make_actor(self._variables, seed=seed, adders=self._adders)
         self._counter = make_child_counter(counter_service, "actor", settings.counter_time_delta)
-        self._logger = make_node_logger("actor", settings.run_dir if persist_logs else None,
+        # The label the single-process trainer logs its episodes under, so tools read both modes alike.
+        self._logger = make_node_logger("environment_loop", settings.run_dir if persist_logs else None,
                                         time_delta=settings.log_time_delta)
         self._make_loop = lambda environments: VectorEnvironmentLoop(
-            environments, self._actor, self._counter, self._logger, label="actor",
+            environments, self._actor, self._counter, self._logger, label="environment_loop",
             should_stop=self._stop.is_set, on_episode_end=self._count_episode)
         self.steps = 0
         self.episodes = 0
@@ -68,9 +71,15 @@ class ActorNode:
     def _count_episode(self, row: dict[str, Any]) -> None:
         self.steps += int(row["episode_length"])
         self.episodes += 1
-        if self._total_steps is not None:  # the run's budget (module docstring): one push per episode
-            if self._counter.sync().get("actor_steps", 0) >= self._total_steps:
-                self._stop.set()
+        # One push per episode: the run's budget (module docstring) and the run's schedule, checked at
+        # this episode end with the shared total, as one process checks at each of its episode ends
+        # (`dmpo.lifecycle.schedule`, held by the counter service).
+        total = int(self._counter.sync().get("actor_steps", 0))
+        episode_return = float(np.sum(row["episode_return"]))
+        # No timeout: a due checkpoint is written before this node goes on (a dead service raises).
+        ray.get(self._counter_service.check_schedule.remote(total, episode_return))
+        if self._total_steps is not None and total >= self._total_steps:
+            self._stop.set()
 
     def describe(self) -> dict[str, Any]:
         """What this node built (parity tests): its adder's settings, signature and budget."""

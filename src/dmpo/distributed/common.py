@@ -91,13 +91,9 @@ def make_node_logger(label: str, run_dir: str | None, time_delta: float) -> Any:
                                       step_key=step_key))
 
 
-NODE_LOG_STEP_KEYS = {"learner": "learner_steps", "actor": "actor_steps", "evaluator": "actor_steps"}
+NODE_LOG_STEP_KEYS = {"learner": "learner_steps", "environment_loop": "actor_steps",
+                      "evaluator": "actor_steps"}
 """The count that orders each node log (TensorBoard's x-axis; what a resume cuts the logs back to)."""
-
-
-def node_seed(base: int, role: int, index: int = 0, generation: int = 0) -> int:
-    """Distinct seeds per node role, index and restart generation (a restarted actor gets a new one)."""
-    return int(base) + 1_000_003 * role + 10_007 * index + 101 * generation
 
 
 # -- calls to nodes that may already be gone (stopping after a failure) ---------------------------

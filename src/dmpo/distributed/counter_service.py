@@ -19,10 +19,58 @@ Number = int | float
 
 
 class CounterService:
-    """Root counter living in its own Ray actor (threaded: calls never wait on each other long)."""
+    """Root counter living in its own Ray actor (threaded: calls never wait on each other long).
 
-    def __init__(self) -> None:
+    It also holds the run's schedule (`dmpo.lifecycle.schedule.RunSchedule`, None: none), because the
+    schedule is checked with the shared total: each acting node calls `check_schedule` at its episode
+    ends, as one process checks at each of its episode ends. Given the learner (`set_learner`), a due
+    evaluation asks it for its variables at once, so the round scores the policy of that moment
+    whenever the evaluator gets to it, and a due checkpoint is written before the acting node goes on
+    (the node that found it due waits for it, as one process does; the others keep acting). The
+    driver collects the due events with `take_due`. `evaluations`: rounds before this run (resumed).
+    """
+
+    def __init__(self, schedule: Any = None, evaluations: int = 0) -> None:
+        import threading
+
         self._counter = Counter()
+        self._schedule = schedule
+        self._evaluations = evaluations  # what the checkpoints record (the boundary rounds asked for)
+        self._schedule_lock = threading.Lock()
+        self._learner: Any = None
+        self._due: list[tuple[str, int, list[Any]]] = []  # (event, env steps, [variables ref] or [])
+        self._returns: list[float] = []  # training episodes' returns since the last `take_due` (status line)
+
+    def set_learner(self, learner: Any) -> None:
+        self._learner = learner
+
+    def check_schedule(self, env_steps: int, episode_return: float | None = None) -> None:
+        """One check of the schedule at an acting node's episode end with the shared total `env_steps`
+        (`episode_return`: that episode's, for the driver's status line)."""
+        with self._schedule_lock:
+            if episode_return is not None:
+                self._returns = [*self._returns[-99:], float(episode_return)]
+            if self._schedule is None:
+                return
+            due = self._schedule.check(int(env_steps))
+            if due.evaluation is not None:
+                self._evaluations += 1
+                variables = [self._learner.get_variables.remote()] if self._learner is not None else []
+                self._due.append(("evaluation", due.evaluation, variables))
+            save = None
+            if due.checkpoint is not None and self._learner is not None:
+                save = self._learner.save.remote(self._evaluations, before_steps=self._schedule.total_steps)
+                self._due.append(("checkpoint", due.checkpoint, [save]))
+        if save is not None:  # outside the lock: other nodes' checks go on meanwhile
+            ray.wait([save], timeout=None)  # an error is the driver's to report (take_due)
+
+    def take_due(self) -> tuple[list[tuple[str, int, list[Any]]], list[float]]:
+        """The events that fell due since the last call, in order, and the episode returns since then
+        (the newest 100 at most)."""
+        with self._schedule_lock:
+            due, self._due = self._due, []
+            returns, self._returns = self._returns, []
+            return due, returns
 
     def increment(self, **counts: Number) -> dict[str, Number]:
         return self._counter.increment(**counts)

@@ -132,5 +132,9 @@ def _show(program: DistributedProgram, bar: Any, shown: _Shown) -> None:
     returns = program.evaluation_returns_since(shown.episodes)
     if returns:
         _show_rounds(program, bar, shown, returns)
+    returns, program.episode_returns[:] = list(program.episode_returns), []
+    for value in returns[:-1]:  # each episode's return, as one process records them
+        bar.update(last_return=value)
     bar.update(env_steps=int(counts.get("actor_steps", 0)), episodes=int(counts.get("actor_episodes", 0)),
+               last_return=returns[-1] if returns else None,
                learner_steps=int(counts.get("learner_steps", 0)))

@@ -8,8 +8,8 @@ monitoring passes, and this is where the user's callbacks run:
   columns: `return_mean`, `return_std`, ..., and every count), handed on by the program's one
   evaluation point (`DistributedProgram._on_evaluation`). The parameters the round scored stay in
   the evaluator for a few rounds, so the best-policy callback can write them.
-* `on_checkpoint` once a checkpoint the driver asked for is written (the learner's final one at
-  `stop()` is not reported);
+* `on_checkpoint` once a checkpoint is written at a boundary or one the driver asked for (the
+  learner's final one at `stop()` is not reported);
 * `on_train_start` in `start()`, `on_train_end` after a finished `stop()`.
   `on_episode_end` is not called: episodes happen in the actor nodes.
 
@@ -90,9 +90,16 @@ class DriverEvents:
 
     def _report_checkpoint(self, save_ref: Any, path: str | None) -> None:
         self._reported_save = save_ref
+        self.checkpoint_written(path)
+
+    def checkpoint_written(self, path: str | None) -> None:
+        """The learner wrote the checkpoint `path` (None: it had nothing to write): `on_checkpoint`."""
         if path is None:
             return
-        state = json.loads((Path(path) / "state.json").read_text())
+        try:
+            state = json.loads((Path(path) / "state.json").read_text())
+        except FileNotFoundError:  # retention removed it already: newer checkpoints were written since
+            return
         self.callbacks.on_checkpoint({"path": path, "env_steps": int(state["env_steps"]),
                                       "learner_steps": int(state["learner_steps"])})
 

@@ -1,11 +1,13 @@
 """The evaluator node: the target policy's mean on its own environment (spec §7.2, §8.2 item 17).
 
-It evaluates in rounds of `episodes_per_round` episodes (`TrainConfig.eval_episodes`), each with
-the learner's latest target policy (fetched blocking: a round always scores the newest weights) and
-the builder's evaluation actor, which writes nothing. A round starts when the driver asks for one
-(`request()`, at every `TrainConfig.eval_every` environment-step boundary, as the single-process
-trainer evaluates) and, if `period_seconds` is set, also once that many seconds have passed since
-the previous round began. `finish()` ends `run()` after the rounds asked for; `stop()` ends it now.
+It evaluates in rounds of `episodes_per_round` episodes (`TrainConfig.eval_episodes`) with the
+builder's evaluation actor, which writes nothing. A round starts when the driver asks for one
+(`request()`, at every `TrainConfig.eval_every` environment-step boundary an acting node found due,
+`dmpo.lifecycle.schedule`) and, if `period_seconds` is set, also once that many seconds have passed
+since the previous round began. A boundary's round scores the learner's variables asked for when the
+boundary was found due, and its row is labelled with those environment steps, as in one process,
+however late the round runs; other rounds fetch the newest variables (blocking). `finish()` ends
+`run()` after the rounds asked for; `stop()` ends it now.
 
 A round is `runners.environment_loop.evaluate`, the single-process trainer's own evaluation, and
 writes the same row: one per round, `return_mean/std/min/max`, `length_mean` and every count, to the
@@ -50,13 +52,17 @@ class EvaluatorNode:
         self._pending = 0  # rounds asked for and not started
         self._started_requests = 0  # rounds asked for and started
         self._round: int | None = None  # env steps of the round running now (None: a periodic one)
+        self._round_variables: list[Any] = []
         self._finishing = False
         self._requests_expected: int | None = None
         self._settings, self._seed = settings, seed
+        self._learner = learner
+        self._boundary_variables: Any = None  # the round's `learner.get_variables` ref, if it has one
         # Periodic blocking refreshes only: the period is never reached by the step count.
-        self._variables = AsyncVariableClient(learner.get_variables.remote, update_period=2**62)
+        self._variables = AsyncVariableClient(self._variables_request, update_period=2**62)
         self._actor = settings.builder.make_evaluation_actor(self._variables, seed=seed)
-        self._round_steps: list[int | None] = []  # env steps of the rounds asked for, not started
+        # (env steps, [variables ref] or []) of the rounds asked for, not started
+        self._round_steps: list[tuple[int | None, list[Any]]] = []
         self._video_every = video_every  # TrainConfig.video_every; 0: no videos
         self._next_video = video_every or None
         self._counter = make_child_counter(counter_service, "evaluator", settings.counter_time_delta)
@@ -66,11 +72,22 @@ class EvaluatorNode:
         self.rounds = 0
         self._round_params: dict[int, Any] = {}  # row index -> the params that round scored (newest few)
 
-    def _evaluate_round(self, environment: Any) -> dict[str, Any]:
-        """One round with the newest weights; logs its row (the local trainer's columns) and returns it."""
+    def _variables_request(self) -> Any:
+        if self._boundary_variables is not None:
+            return self._boundary_variables
+        return self._learner.get_variables.remote()
+
+    def _evaluate_round(self, environment: Any, env_steps: int | None = None,
+                        variables: list[Any] | None = None) -> dict[str, Any]:
+        """One round; logs its row (the local trainer's columns) and returns it. With `variables`
+        (`[ref]`) it scores those and is labelled `env_steps`; otherwise the newest weights."""
         from dmpo.runners.environment_loop import evaluate
 
-        self._variables.update(wait=True)
+        self._boundary_variables = variables[0] if variables else None
+        try:
+            self._variables.update(wait=True)
+        finally:
+            self._boundary_variables = None
         self._actor.update(wait=True)
         version = self._variables.version
         result = evaluate(environment, self._actor.select_action, self._episodes_per_round)
@@ -79,6 +96,8 @@ class EvaluatorNode:
         counts = self._counter.sync()  # the totals of every node, this round's episodes included
         row = {**{key: value for key, value in result.items() if np.isscalar(value)}, **counts,
                "wall_seconds": self._settings.wall_seconds()}  # as the local trainer's rows (time to score)
+        if variables:  # the moment the round scored: its environment steps and the learner step
+            row.update(actor_steps=int(env_steps or 0), learner_steps=max(int(version), 0))
         self._logger.write(row)
         self._rows.append(row)
         self._round_params[len(self._rows) - 1] = self._variables.params
@@ -102,11 +121,12 @@ class EvaluatorNode:
         return str(save_policy(Path(path), builder.environment_spec, builder.config.networks, params,
                                metadata=metadata))
 
-    def request(self, env_steps: int | None = None) -> None:
-        """Asks for one more evaluation round (at `env_steps`: names and schedules its video)."""
+    def request(self, env_steps: int | None = None, variables: list[Any] | None = None) -> None:
+        """Asks for one more evaluation round (at `env_steps`: its label when `variables` is given, and
+        its video's name and schedule); `variables`: `[ref]` to the learner's variables to score."""
         with self._wake:
             self._pending += 1
-            self._round_steps.append(env_steps)
+            self._round_steps.append((env_steps, list(variables or [])))
             self._wake.notify_all()
 
     def finish(self, requests: int | None = None) -> None:
@@ -125,7 +145,8 @@ class EvaluatorNode:
                 if self._pending:
                     self._pending -= 1
                     self._started_requests += 1
-                    self._round = self._round_steps.pop(0) if self._round_steps else None
+                    self._round, self._round_variables = (self._round_steps.pop(0) if self._round_steps
+                                                          else (None, []))
                     return True
                 expected = self._requests_expected
                 if self._finishing and (expected is None or self._started_requests >= expected):
@@ -134,7 +155,7 @@ class EvaluatorNode:
                 if self._period is not None:
                     due = (last_start or 0.0) + self._period - time.monotonic()
                     if last_start is None or due <= 0:
-                        self._round = None
+                        self._round, self._round_variables = None, []
                         return True
                     wait = min(wait, due)
                 self._wake.wait(wait)
@@ -148,7 +169,7 @@ class EvaluatorNode:
             started = None
             while self._next_round(started):
                 started = time.monotonic()
-                self._evaluate_round(environment)
+                self._evaluate_round(environment, self._round, self._round_variables)
                 self.rounds += 1
                 self._film_if_due(self._round)
         finally:

@@ -26,11 +26,11 @@ from typing import Any
 
 import ray
 
-from dmpo.builder import CheckpointState
 from dmpo.distributed.common import NodeSettings, make_node_logger
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.replay_client import RemoteTableSampler, TimedBatches
 from dmpo.distributed.variables import VariablePublisher
+from dmpo.lifecycle.checkpoints import CheckpointState
 
 
 class _RemoteTable:
@@ -126,8 +126,10 @@ class LearnerNode:
 
     # ---------------------------------------------------------------------------------- checkpoints
 
-    def save(self, evaluations: int | None = None) -> str | None:
-        """Writes a checkpoint now (none when the config turns checkpoints off); returns its folder."""
+    def save(self, evaluations: int | None = None, before_steps: int | None = None) -> str | None:
+        """Writes a checkpoint now (none when the config turns checkpoints off); returns its folder.
+        `before_steps` (a periodic checkpoint): none once the run's environment steps reach it, because
+        the final checkpoint follows (`dmpo.lifecycle.schedule`)."""
         if self._checkpoints is None:
             return None
         if evaluations is not None:
@@ -139,6 +141,8 @@ class LearnerNode:
             counts = self._counter.sync()
             counts["learner_steps"] = steps  # exact, whatever the push timing
             env_steps = int(counts.get("actor_steps", 0))
+            if before_steps is not None and env_steps >= before_steps:
+                return None
             state = CheckpointState(
                 env_steps=env_steps, learner_steps=steps, counts=counts, num_observations=env_steps,
                 learning_starts=self._learning_starts, episodes=int(counts.get("actor_episodes", 0)),

@@ -51,11 +51,11 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory, next_boundary
+from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory
 from dmpo.callbacks import Callback
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.actor import make_actor_node
-from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill, node_seed
+from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill
 from dmpo.distributed.counter_service import RemoteCounterService
 from dmpo.distributed.driver_events import DriverEvents
 from dmpo.distributed.evaluations import EvaluationRows
@@ -65,10 +65,11 @@ from dmpo.distributed.learner_node import make_learner_node
 from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
 from dmpo.envs.registry import EnvironmentFactory
+from dmpo.lifecycle.schedule import RunSchedule
+from dmpo.lifecycle.seeds import ROLE_ACTOR, ROLE_EVALUATOR, ROLE_LEARNER, ROLE_REPLAY, node_seed
+from dmpo.lifecycle.status import RunStatus
 from dmpo.lifecycle.task_setup import prepare_task, saved_config
 from dmpo.types import make_environment_spec
-
-_ROLE_ACTOR, _ROLE_EVALUATOR, _ROLE_LEARNER, _ROLE_REPLAY = 1, 2, 3, 4
 
 
 def _check_config(config: TrainConfig, resume: bool) -> None:
@@ -127,7 +128,8 @@ class DistributedProgram:
         self.evaluation_rows: list[dict[str, Any]] = []
         self._rows = EvaluationRows(self._on_evaluation)
         self._requests_sent = 0
-        self._eval_queue: list[int] = []  # env steps of rounds asked for, not yet sent to the evaluator
+        # (env steps, [variables ref]) of rounds asked for, not yet sent to the evaluator
+        self._eval_queue: list[tuple[int, list[Any]]] = []
         self._rounds_in_flight = 0  # sent to the current evaluator node, its row not back yet
         self._snapshot_ref: Any = None
         self._evaluator_generation = 0
@@ -137,6 +139,7 @@ class DistributedProgram:
         self._started_at: float | None = None
         self._settings: NodeSettings | None = None
         self._run: Any = None
+        self.status: RunStatus | None = None  # dmpo.lifecycle.status, once the run directory is open
         self._health: HealthChecks | None = None
         self._save_ref: Any = None
         self._last_save_time = 0.0
@@ -154,9 +157,9 @@ class DistributedProgram:
         steps = restored.env_steps if restored is not None else 0
         self._wall_offset = restored.wall_seconds if restored is not None else 0.0
         self.evaluations = restored.evaluations if restored is not None else 0
-        self._next_checkpoint = (next_boundary(steps, config.checkpoint_every)
-                                 if config.checkpoint_every and config.agent.checkpoint else None)
-        self._next_eval = next_boundary(steps, config.eval_every) if config.eval_every else None
+        self._start_steps = steps  # where the run's schedule begins (dmpo.lifecycle.schedule)
+        self.episode_returns: list[float] = []  # training episodes' returns not yet shown (status line)
+        self._due_ref: Any = None  # the counter service's `take_due` call in flight
 
     @property
     def env_spec(self) -> Any:
@@ -174,11 +177,11 @@ class DistributedProgram:
                 raise FileExistsError(f"{self.run_dir} already holds checkpoints ({latest.name}); pass "
                                       "resume=True to continue that run, or use a new run directory")
             return None
-        if not self.run_dir.joinpath("run.json").is_file():
-            raise FileNotFoundError(f"cannot resume: {self.run_dir} is not a run directory (no run.json)")
-        if latest is None:
-            raise FileNotFoundError(f"cannot resume: no checkpoint in {checkpoints}")
-        return latest
+        from dmpo.lifecycle.resume import apply_resume, plan_resume
+
+        plan = plan_resume(self.run_dir, self.config)  # refuses what `dmpo train --resume` refuses
+        apply_resume(plan)
+        return plan.checkpoint  # None: stopped before its first checkpoint, so again from step 0
 
     def _restored_state(self) -> CheckpointState | None:
         if self._latest_checkpoint is None:
@@ -205,20 +208,27 @@ class DistributedProgram:
         # The counters are the driver's: on a multi-node cluster, pin them to the driver's node, so that
         # losing a worker node (and the actors on it) never takes the run's counts with it.
         driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.counter = RemoteCounterService.options(scheduling_strategy=driver_node).remote()
+        # Videos stay the evaluator's own (it films after the round at or past each video boundary).
+        schedule = RunSchedule(total_steps=config.steps, eval_every=config.eval_every,
+                               checkpoint_every=config.checkpoint_every, start=self._start_steps,
+                               checkpoints=config.agent.checkpoint)
+        self.counter = RemoteCounterService.options(scheduling_strategy=driver_node).remote(
+            schedule, evaluations=self.evaluations)
         replay_config = ReplayServiceConfig(
-            seed=node_seed(self.seed, _ROLE_REPLAY),
+            seed=node_seed(self.seed, ROLE_REPLAY),
             max_concurrent_inserts=config.actors * opts.max_inserts_in_flight + 1,
             max_concurrent_samples=opts.samples_in_flight + 1)
         self.replay = make_replay_service(self.builder, replay_config, restore_path=replay_path,
                                           resources=opts.replay_resources)
         use_gpu = self._use_gpu if self._use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
         self.learner = make_learner_node(
-            self._settings, node_seed(self.seed, _ROLE_LEARNER), self.replay, self.counter, use_gpu=use_gpu,
-            keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay, resume=self.resume,
+            self._settings, node_seed(self.seed, ROLE_LEARNER), self.replay, self.counter, use_gpu=use_gpu,
+            keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay,
+            resume=self._latest_checkpoint is not None,
             replay_restored=replay_path is not None, samples_in_flight=opts.samples_in_flight,
             publish_interval=opts.variable_publish_seconds, resources=opts.learner_resources)
         self._learner_ref = self.learner.run.remote(opts.max_learner_steps)
+        ray.get(self.counter.set_learner.remote(self.learner))  # before any actor checks the schedule
         for index in range(config.actors):
             self._actor_generation.append(0)
             self.actor_handles.append(None)
@@ -231,6 +241,7 @@ class DistributedProgram:
             {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
              "counter": self.counter.get_counts.remote},
             startup_timeout=opts.startup_timeout_seconds, health_timeout=opts.health_timeout_seconds)
+        self.status.running()
 
     def _prepare_run_directory(self) -> str | None:
         """Creates or opens the run directory; returns the replay file to restore, if any."""
@@ -240,16 +251,21 @@ class DistributedProgram:
             self._run = RunDirectory.open(self.run_dir)
         else:
             self._run = RunDirectory.create(self.run_dir, self.config, seed=self.seed, exist_ok=True)
-        if self._latest_checkpoint is None:
+        if self.resume:
+            self._run.mark_resumed()  # status starting again, the resume recorded
+        self.status = RunStatus(self._run)
+        if not self.resume:
             return None
-        self._run.mark_resumed()
         from dmpo.distributed.common import NODE_LOG_STEP_KEYS
         from dmpo.reporting.logging import rewind_logs
 
-        saved = json.loads((self._latest_checkpoint / "state.json").read_text())  # rows past it: logged twice
-        for label, key in NODE_LOG_STEP_KEYS.items():
+        saved = ({"env_steps": 0, "learner_steps": 0} if self._latest_checkpoint is None  # from step 0
+                 else json.loads((self._latest_checkpoint / "state.json").read_text()))
+        for label, key in NODE_LOG_STEP_KEYS.items():  # rows past the checkpoint would be logged twice
             rewind_logs(self.run_dir, label, key, int(saved["learner_steps" if key == "learner_steps"
                                                          else "env_steps"]))
+        if self._latest_checkpoint is None:
+            return None
         replay = self._latest_checkpoint / "replay.npz"
         return str(replay) if self.config.save_replay and replay.is_file() else None
 
@@ -257,7 +273,7 @@ class DistributedProgram:
         assert self._settings is not None
         generation = self._actor_generation[index]
         handle = make_actor_node(
-            self._settings, index, node_seed(self.seed, _ROLE_ACTOR, index, generation), self.learner,
+            self._settings, index, node_seed(self.seed, ROLE_ACTOR, index, generation), self.learner,
             self.replay, self.counter, persist_logs=index == 0,
             insert_batch_size=self.options.insert_batch_size,
             max_inserts_in_flight=self.options.max_inserts_in_flight, total_steps=self.config.steps,
@@ -268,7 +284,7 @@ class DistributedProgram:
     def _start_evaluator(self) -> None:
         assert self._settings is not None
         self.evaluator = make_evaluator_node(
-            self._settings, node_seed(self.seed, _ROLE_EVALUATOR, 0, self._evaluator_generation),
+            self._settings, node_seed(self.seed, ROLE_EVALUATOR, 0, self._evaluator_generation),
             self.learner, self.counter, episodes_per_round=max(self.config.eval_episodes, 1),
             period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources,
             video_every=self.config.video_every)
@@ -294,43 +310,60 @@ class DistributedProgram:
         return self.counts.get("actor_steps", 0) >= self.config.steps
 
     def _schedule(self) -> None:
-        """Checkpoints and evaluation rounds at the environment-step boundaries (and wall-clock periods)."""
-        steps = int(self.counts.get("actor_steps", 0))
+        """Checkpoints and evaluation rounds at the environment-step boundaries the acting nodes found
+        due (`dmpo.lifecycle.schedule`, held by the counter service), and the wall-clock periods."""
+        self._take_due(timeout=0.0)
         period = self.options.checkpoint_period_seconds
-        if self._next_checkpoint is not None and steps >= self._next_checkpoint:
-            self._next_checkpoint = next_boundary(steps, self.config.checkpoint_every)
+        if period is not None and time.monotonic() - self._last_save_time >= period:
             self.request_checkpoint()
-        elif period is not None and time.monotonic() - self._last_save_time >= period:
-            self.request_checkpoint()
-        self._evaluate_crossed_boundaries(steps)
 
-    def _evaluate_crossed_boundaries(self, steps: int) -> None:
-        """One evaluation round per `eval_every` boundary crossed, as in one process, even when the
-        counts jumped past several between two polls (a short run can end before the first poll):
-        a run makes the same number of evaluation rows whatever the driver's timing. (Checkpoints,
-        whose folders are named by step, are taken once.)"""
-        if self._next_eval is not None and steps >= self._next_eval:
-            crossed = (steps - self._next_eval) // self.config.eval_every + 1
-            self._next_eval = next_boundary(steps, self.config.eval_every)
-            for _ in range(crossed):
-                self._request_evaluation(steps)
+    def _take_due(self, timeout: float | None) -> None:
+        """Acts on the events the counter service collected (one `take_due` call in flight; `timeout`
+        None: wait for every event due so far, when stopping)."""
+        if self.counter is None:
+            return
+        if self._due_ref is None:
+            self._due_ref = self.counter.take_due.remote()
+        if timeout is None:
+            answer = get_quietly(self._due_ref, self.options.stop_timeout_seconds) or ([], [])
+        else:
+            ready, _ = ray.wait([self._due_ref], timeout=timeout)
+            if not ready:
+                return
+            answer = ray.get(self._due_ref)
+        self._due_ref = None
+        events, returns = answer
+        self.episode_returns.extend(returns)
+        for event, steps, refs in events:
+            if event == "evaluation":
+                self._request_evaluation(steps, refs)
+            elif event == "checkpoint":  # written already, at the boundary (counter_service)
+                self._last_save_time = time.monotonic()
+                try:
+                    path = ray.get(refs[0], timeout=self.options.stop_timeout_seconds)
+                except Exception as error:
+                    raise NodeFailure(self._failure_message("learner", error)) from error
+                self.events.checkpoint_written(path)
 
     def request_checkpoint(self) -> None:
-        """Asks the learner for a checkpoint (after the previous one is written: one at a time)."""
+        """Asks the learner for a checkpoint (after the previous one is written: one at a time). None
+        is written at or past the step budget: the final checkpoint follows (`dmpo.lifecycle.schedule`)."""
         if self._save_ref is not None:
             try:
                 ray.get(self._save_ref, timeout=self.options.stop_timeout_seconds)
             except Exception as error:
                 raise NodeFailure(self._failure_message("learner", error)) from error
-        self._save_ref = self.learner.save.remote(self.evaluations)
+        self._save_ref = self.learner.save.remote(self.evaluations, before_steps=self.config.steps)
         self._last_save_time = time.monotonic()
 
-    def _request_evaluation(self, steps: int) -> None:
+    def _request_evaluation(self, steps: int, variables: list[Any] | None = None) -> None:
+        """Queues a round labelled `steps`; `variables`: `[ref]` to the learner's variables of that
+        moment (empty or None: the evaluator takes the newest when the round starts)."""
         if self.evaluator is not None:
             self.evaluations += 1
             self._last_eval_step = steps
             self.evaluation_steps.append(steps)
-            self._eval_queue.append(steps)
+            self._eval_queue.append((steps, list(variables or [])))
             self._send_evaluations()
 
     def _send_evaluations(self, everything: bool = False) -> None:
@@ -341,7 +374,8 @@ class DistributedProgram:
         queued while the row travelled. Costs at most one monitoring pass of evaluator time per round."""
         while self._eval_queue and self.evaluator is not None and (everything or (
                 not self._rounds_in_flight and not self.events.stop_requested)):
-            self.evaluator.request.remote(self._eval_queue.pop(0))
+            steps, variables = self._eval_queue.pop(0)
+            self.evaluator.request.remote(steps, variables)
             self._requests_sent += 1
             self._rounds_in_flight += 1
 
@@ -470,8 +504,8 @@ class DistributedProgram:
             kill(handle)
         if reason is None:
             reason = self.events.stop_reason  # a callback's stop (e.g. --stop-at-return)
-        if self._run is not None:
-            self._run.set_status(status, reason=reason)
+        if self.status is not None:
+            self.status.end(status, reason)
         result = DistributedResult(
             status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
             actors=sorted(self._actor_results, key=lambda r: r["index"]), actor_restarts=self.actor_restarts,
@@ -498,7 +532,7 @@ class DistributedProgram:
         if self.evaluator is not None:
             final_step = int((counts or self.counts).get("actor_steps", 0))
             if status == "finished" and self.config.eval_every and not self.events.stop_requested:
-                self._evaluate_crossed_boundaries(final_step)  # those crossed since the last poll
+                self._take_due(timeout=None)  # boundaries the last episodes crossed
                 if self._last_eval_step != final_step:
                     self._request_evaluation(final_step)  # the final evaluation, as in one process
                 self._send_evaluations(everything=True)

@@ -15,12 +15,16 @@ goes to `step_<N>-1`, `step_<N>-2`, ..., which sort after `step_<N>`. Old checkp
 after the new one is in place (`dmpo.lifecycle.retention`: the new one and the newest verified one are
 never deleted, an unusable one is moved aside to `.corrupt-step_<N>`).
 
+`CheckpointState` is what state.json holds, in both modes (built by the local trainer and the
+learner node, restored by them on resume).
+
 `latest()` verifies the newest checkpoint (state.json parses, the learner file's and the replay
 file's checksums hold) and falls back to the previous kept one, with a warning naming the bad folder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -35,6 +39,63 @@ from dmpo.lifecycle.lock import is_mine_or_free
 from dmpo.lifecycle.retention import prune
 from dmpo.utils.checkpointing import Checkpointer, CheckpointError, verify_checkpoint_file
 from dmpo.utils.files import atomic_write_text, fsync_directory
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointState:
+    """What a checkpoint's `state.json` holds besides the learner state and replay (both modes).
+
+    Attributes:
+      env_steps: actor steps when the checkpoint was taken (names the checkpoint folder).
+      learner_steps: learner steps.
+      counts: the run's counter totals (`actor_steps`, `learner_steps`, ...).
+      num_observations: environment steps the learning schedule has seen.
+      learning_starts: observation count from which learning (re)starts; after a resume without
+        replay it is that resume's count plus `min_observations`.
+      episodes / evaluations: training episodes and evaluation rounds so far.
+      num_actions: the behaviour actor's action count (its RNG position); None when distributed.
+      pending_sgd_steps: synchronous updates due but not yet run (`sgd_steps_per_call` > 1).
+      counters: local counters' exact state (root and children) for bit-exact resume; None when
+        distributed (the shared counter is restored from `counts`).
+      mid_episode: taken inside an episode (Ctrl-C): a resume starts a new episode.
+      distributed: written by the distributed learner node.
+      wall_seconds: seconds since the run started when the checkpoint was taken (0 in checkpoints
+        older than the field); a resumed run counts on from it, so evaluation rows keep a run-wide
+        wall-clock (`benchtools.time_to_score`).
+    """
+
+    env_steps: int
+    learner_steps: int
+    counts: dict[str, Any]
+    num_observations: int
+    learning_starts: int
+    episodes: int = 0
+    evaluations: int = 0
+    num_actions: int | None = None
+    pending_sgd_steps: int = 0
+    counters: dict[str, Any] | None = None
+    mid_episode: bool = False
+    distributed: bool = False
+    wall_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        from dmpo.lifecycle.formats import FORMAT_KEY, STATE_FORMAT
+
+        return {FORMAT_KEY: STATE_FORMAT, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, where: str = "state.json") -> CheckpointState:
+        from dmpo.lifecycle.formats import STATE_FORMAT, check_format
+        from dmpo.utils.checkpointing import CheckpointError
+
+        check_format(data, STATE_FORMAT, where, CheckpointError)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        missing = sorted(required - set(data))
+        if missing:
+            raise CheckpointError(f"{where} lacks {missing}; it was not written by this version of dmpo")
+        return cls(**{key: value for key, value in data.items() if key in fields})
+
 
 _NAME = re.compile(r"^step_(\d{12})(?:-(\d+))?$")
 _TEMP_PREFIX = ".step_"

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Status = Literal["running", "finished", "failed", "interrupted"]
+Status = Literal["starting", "running", "finished", "failed", "interrupted"]  # dmpo.lifecycle.status
 _STATUSES = typing.get_args(Status)
 _SUBDIRS = ("logs", "tb", "checkpoints", "snapshots", "videos")
 
@@ -291,7 +291,7 @@ class RunDirectory:
         command: Sequence[str] | None = None,
         exist_ok: bool = False,
     ) -> RunDirectory:
-        """Makes the folder tree and writes config.json and run.json (status "running").
+        """Makes the folder tree and writes config.json and run.json (status "starting").
 
         An existing non-empty folder is an error unless `exist_ok`; even then its saved config must
         equal `config`, so that one folder never mixes two configurations.
@@ -318,7 +318,7 @@ class RunDirectory:
             "start_time": _now_iso(),
             "dmpo_version": dmpo.__version__,
             "seed": seed,
-            "status": "running",
+            "status": "starting",
             "resumes": [],
         })
         return run
@@ -356,7 +356,7 @@ class RunDirectory:
         if status not in _STATUSES:
             raise ValueError(f"status must be one of {list(_STATUSES)}, got {status!r}")
         fields: dict[str, Any] = {"status": status, "status_reason": reason}
-        if status != "running":
+        if status not in ("starting", "running"):
             fields["end_time"] = _now_iso()
         self.update_info(**fields)
 
@@ -372,7 +372,7 @@ class RunDirectory:
         self.update_info(pending_config_changes=pending)
 
     def mark_resumed(self, command: Sequence[str] | None = None) -> None:
-        """Records a resume (time, command line, config changes) in run.json; status running."""
+        """Records a resume (time, command line, config changes) in run.json; status starting."""
         info = self.info()
         command = list(sys.argv if command is None else command)
         entry: dict[str, Any] = {"time": _now_iso(), "command": command}
@@ -380,7 +380,7 @@ class RunDirectory:
         info.pop("status_reason", None)
         if changes:
             entry["config_changes"] = changes
-        info.update(status="running", resumes=[*info.get("resumes", []), entry])
+        info.update(status="starting", resumes=[*info.get("resumes", []), entry])
         atomic_write_json(self.info_path, info)
 
     def __repr__(self) -> str:

@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 from dmpo.agent.core import DMPO
-from dmpo.builder import CheckpointState, environment_factory, next_boundary
+from dmpo.builder import CheckpointState, environment_factory
 from dmpo.callbacks import Callback, CallbackList, RunEvents, default_callbacks
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvironmentFactory
@@ -45,6 +45,10 @@ from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 from dmpo.lifecycle.directory import RunDirectory, new_run_path
 from dmpo.lifecycle.interrupts import CriticalCalls, annotate, interrupt_on_signals
 from dmpo.lifecycle.lock import run_lock
+from dmpo.lifecycle.resume import apply_resume, plan_resume
+from dmpo.lifecycle.schedule import RunSchedule
+from dmpo.lifecycle.seeds import evaluation_seed, segment_seed
+from dmpo.lifecycle.status import RunStatus
 from dmpo.lifecycle.task_setup import prepare_task, saved_config
 from dmpo.networks import DMPONetworks
 from dmpo.policies.snapshot import save_policy
@@ -56,16 +60,6 @@ from dmpo.runners.environment_loop import evaluate
 from dmpo.runners.vector_loop import VectorEnvironmentLoop
 from dmpo.types import EnvironmentSpec, make_environment_spec
 from dmpo.utils.counting import Counter
-
-_EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training episodes
-
-
-def segment_seed(seed: int, episode_index: int, env_index: int = 0) -> int:
-    """Environment seed for the segment that starts at `episode_index` (see module docstring);
-    lockstep environment `env_index` > 0 (`num_envs`) gets `SeedSequence([seed, episode_index,
-    env_index])`'s, environment 0 the single-environment seed."""
-    entropy = [seed, episode_index] if env_index == 0 else [seed, episode_index, env_index]
-    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 class LocalTrainer:
@@ -96,6 +90,8 @@ class LocalTrainer:
         self.learner_counter.increment(steps=0, walltime=0.0)
         self.eval_counter.increment(steps=0, episodes=0)
         resumed = (TrainingCheckpoints(run.checkpoints_dir).latest_state() if resume else None) or {}
+        if resume and not resumed:  # stopped before its first checkpoint: again from step 0
+            resumed = {"env_steps": 0, "learner_steps": 0}
         self.callbacks = CallbackList(RunEvents(path, config, resumed=resume),
                                       default_callbacks(config, callbacks))
         self.tracker = open_tracker(config, run)
@@ -118,22 +114,22 @@ class LocalTrainer:
                           overlap_learner=config.overlap_learner, num_envs=config.num_envs)
         self.checkpoints = (TrainingCheckpoints(run.checkpoints_dir, keep=config.keep_checkpoints)
                             if config.agent.checkpoint else None)
-        self._last_checkpoint_step: int | None = None
         self.episodes = 0
         self.evaluations = 0
         self.last_eval: dict[str, Any] | None = None
-        self._last_eval_step = -1
-        self.next_checkpoint = (config.checkpoint_every or None) if self.checkpoints is not None else None
-        self.next_eval = config.eval_every or None
-        self.next_video = config.video_every or None
+        self.schedule = RunSchedule.of(config)  # when to evaluate and checkpoint (dmpo.lifecycle.schedule)
+        self._checkpoint_due = False  # a boundary was taken: the segment ends and the checkpoint follows
+        self._video_due = False  # a video boundary was taken: the next evaluation films one more episode
         self._wall_origin = time.monotonic()  # `wall_seconds` of evaluation rows counts from here
         if resume:
             try:
                 self._restore()
+                run.mark_resumed()  # status starting again, the resume recorded
             except BaseException:
                 if self.tracker is not None:  # the tracker run was opened above: do not leave it open
                     self.tracker.close()
                 raise
+        self.status = RunStatus(run)  # dmpo.lifecycle.status
 
     # -- checkpoints ----------------------------------------------------------------------------
     def _state(self, mid_episode: bool) -> CheckpointState:
@@ -159,15 +155,15 @@ class LocalTrainer:
             table = self.agent.table if self.config.save_replay else None
             learner_state = self.agent.learner.save_state()
             path = self.checkpoints.save(state.env_steps, learner_state, state.to_json(), table)
-        self._last_checkpoint_step = state.env_steps
+        self.schedule.checkpointed(state.env_steps)
         self.callbacks.on_checkpoint({"path": str(path), "env_steps": state.env_steps,
                                       "learner_steps": state.learner_steps})
         return path
 
     def _restore(self) -> None:
         latest = None if self.checkpoints is None else self.checkpoints.latest()
-        if latest is None:
-            raise FileNotFoundError(f"cannot resume: no checkpoint in {self.run_dir.checkpoints_dir}")
+        if latest is None:  # stopped before its first checkpoint: a fresh start (dmpo.lifecycle.resume)
+            return
         learner_state, saved, replay = TrainingCheckpoints.load(latest, self.agent.learner.save_state())
         state = CheckpointState.from_json(saved, where=str(latest / "state.json"))
         if state.counters is None:
@@ -188,14 +184,7 @@ class LocalTrainer:
         self.episodes = state.episodes
         self.evaluations = state.evaluations
         self._wall_origin = time.monotonic() - state.wall_seconds
-        self._last_checkpoint_step = state.env_steps
-        if self.config.checkpoint_every:
-            self.next_checkpoint = next_boundary(state.env_steps, self.config.checkpoint_every)
-        if self.config.eval_every:
-            self.next_eval = next_boundary(state.env_steps, self.config.eval_every)
-        if self.config.video_every:
-            self.next_video = next_boundary(state.env_steps, self.config.video_every)
-        self.run_dir.mark_resumed()
+        self.schedule = RunSchedule.of(self.config, start=state.env_steps)
 
     # -- evaluation and snapshots ---------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
@@ -203,8 +192,8 @@ class LocalTrainer:
         with self.agent.pause():
             params = jax.device_put(self.agent.learner.policy_params())
         mean_fn = self._mean_fn
-        seed = segment_seed(self.config.seed + _EVAL_SEED_OFFSET, self.evaluations)
-        video = self._video_due()
+        seed = evaluation_seed(self.config.seed, self.evaluations)
+        video = self._video_path()
         if video is None:
             env = self.env_factory(seed)
             result = evaluate(env, lambda obs: np.asarray(mean_fn(params, obs)), self.config.eval_episodes)
@@ -228,14 +217,13 @@ class LocalTrainer:
         self.save_snapshot()
         self.last_eval = row
         self.callbacks.on_evaluation(row, write_policy=lambda path: self._write_policy(path, params))
-        self._last_eval_step = self.env_steps()
-        self._last_checkpoint_step = None  # the evaluation counts changed since the last checkpoint
+        self.schedule.evaluated(self.env_steps())
         return row
 
-    def _video_due(self) -> Path | None:
-        if self.next_video is None or self.env_steps() < self.next_video:
+    def _video_path(self) -> Path | None:
+        if not self._video_due:
             return None
-        self.next_video = next_boundary(self.env_steps(), self.config.video_every)
+        self._video_due = False
         return video_path(self.run_dir.path, self.env_steps())
 
     @functools.cached_property
@@ -271,18 +259,18 @@ class LocalTrainer:
         with Progress(config.steps, enabled=not self._quiet, live=self.progress_enabled) as progress:
             self._progress = progress
             try:
+                self.status.running()
                 self.callbacks.on_train_start()
                 while self.env_steps() < config.steps and not events.stop_requested:
                     self._run_segment()
-                    if self.next_checkpoint is not None and self.env_steps() >= self.next_checkpoint:
-                        if self.env_steps() < config.steps:  # at the end: one final checkpoint, below
-                            self.save_checkpoint()
-                        self.next_checkpoint = next_boundary(self.env_steps(), config.checkpoint_every)
-                if (config.eval_every and self._last_eval_step != self.env_steps()
-                        and not events.stop_requested):
+                    if self._checkpoint_due:
+                        self._checkpoint_due = False
+                        self.save_checkpoint()
+                if self.schedule.final_events(self.env_steps(),
+                                              stopped_early=events.stop_requested).evaluation is not None:
                     self.evaluate()
                 self.save_snapshot()
-                if self._last_checkpoint_step != self.env_steps():
+                if self.schedule.final_events(self.env_steps()).checkpoint is not None:
                     self.save_checkpoint()
             except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP (dmpo.lifecycle.interrupts)
                 try:
@@ -290,7 +278,7 @@ class LocalTrainer:
                 except BaseException as error:
                     self._set_failed(error)
                     raise error from interrupt
-                self.run_dir.set_status("interrupted")
+                self.status.interrupted()
                 annotate(interrupt, self.env_steps(), self.run_dir.path)
                 raise
             except BaseException as error:
@@ -302,7 +290,7 @@ class LocalTrainer:
                     logger.close()
                 if self.tracker is not None:
                     self.tracker.close()
-        self.run_dir.set_status("finished", reason=events.stop_reason)
+        self.status.finished(events.stop_reason)
         summary = {"env_steps": self.env_steps(), "episodes": self.episodes, "last_eval": self.last_eval,
                    "counts": self.counter.get_counts(), "run_dir": str(self.run_dir.path),
                    "stop_reason": events.stop_reason}
@@ -311,12 +299,11 @@ class LocalTrainer:
 
     def _set_failed(self, error: BaseException) -> None:
         with contextlib.suppress(OSError):  # a full disk must not hide the error that stopped the run
-            self.run_dir.set_status("failed", reason=f"{type(error).__name__}: {error}")
+            self.status.failed(f"{type(error).__name__}: {error}")
 
     def _segment_done(self) -> bool:
-        steps = self.env_steps()
-        checkpoint_due = self.next_checkpoint is not None and steps >= self.next_checkpoint
-        return steps >= self.config.steps or checkpoint_due or self.callbacks.run.stop_requested
+        return (self.env_steps() >= self.config.steps or self._checkpoint_due
+                or self.callbacks.run.stop_requested)
 
     def _run_segment(self) -> None:
         envs = [self.env_factory(segment_seed(self.config.seed, self.episodes, i))
@@ -339,9 +326,11 @@ class LocalTrainer:
                               last_return=float(np.sum(row["episode_return"])),
                               learner_steps=int(counts.get("learner_steps", 0)))
         self.callbacks.on_episode_end(row)
-        if self.next_eval is not None and self.env_steps() >= self.next_eval:
+        due = self.schedule.check(self.env_steps())  # the run's check point: an episode end
+        self._video_due = self._video_due or due.video is not None
+        if due.evaluation is not None:
             self.evaluate()
-            self.next_eval = next_boundary(self.env_steps(), self.config.eval_every)
+        self._checkpoint_due = self._checkpoint_due or due.checkpoint is not None
 
 
 def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: bool = False,
@@ -366,6 +355,8 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
     # The task is built and checked (and an 'auto' support resolved) before a run exists.
     config, factory = prepare_task(config.resolved(), env_factory, saved=saved, quiet=quiet)
     if resume:
+        with run_lock(run_dir):  # the rules read the checkpoints: no other process may write them now
+            apply_resume(plan_resume(run_dir, config))  # refuses what `dmpo train --resume` refuses
         run = RunDirectory.open(run_dir)
     else:
         run = RunDirectory.create(run_dir or new_run_path(), config, seed=config.seed)

@@ -27,18 +27,13 @@ import dm_env
 import numpy as np
 
 from dmpo.acting import stack_observations
+from dmpo.lifecycle.seeds import lockstep_env_seeds  # noqa: F401 - re-exported
 from dmpo.reporting.logging import Logger, make_logger
 from dmpo.runners.environment_loop import _add_reward, _check_count, _plain_return
 from dmpo.utils.counting import Counter
 
 __all__ = ["BatchedAgent", "VectorEnvironmentLoop", "lockstep_env_seeds"]
 
-
-
-def lockstep_env_seeds(seed: int, num_envs: int) -> list[int]:
-    """Seeds of `num_envs` lockstep environments from one node seed: environment 0 keeps `seed` (so one
-    environment is built exactly as before), environment i > 0 gets `SeedSequence([seed, i])`'s."""
-    return [seed] + [int(np.random.SeedSequence([seed, i]).generate_state(1)[0]) for i in range(1, num_envs)]
 
 
 class BatchedAgent(Protocol):

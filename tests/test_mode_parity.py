@@ -1,0 +1,80 @@
+"""The same `dmpo train` flags in one process and with `--actors 1` leave the same run folder.
+
+Both real commands run on cartpole with action repeat 8 (125-step episodes, so the 500-step boundaries
+fall on episode ends in both modes) and tiny networks. Compared: the evaluator's step column (rounds
+at the same boundaries, labelled with the steps they evaluated, none replayed after training), the
+log labels, the checkpoints (one final checkpoint, no second copy of it), the status line and the
+run status.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dmpo
+from test_cli import TINY, jax_cache_env
+
+FLAGS = ["--steps", "1500", "--eval-every", "500", "--checkpoint-every", "500", "--keep-checkpoints", "5",
+         "--action-repeat", "8", "--eval-episodes", "1", *TINY]
+
+
+def _train(run, *extra):
+    source = str(Path(dmpo.__file__).parents[1])  # the dmpo under test, in the subprocess too
+    env = {"MUJOCO_GL": "egl", "PATH": "/usr/bin:/bin", "PYTHONPATH": source, **jax_cache_env()}
+    done = subprocess.run([sys.executable, "-m", "dmpo.cli", "train", "--run-dir", str(run), *FLAGS, *extra],
+                          capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _evaluated_steps(run):
+    with open(run / "logs" / "evaluator" / "logs.csv", newline="") as f:
+        return [int(float(row["actor_steps"])) for row in csv.DictReader(f)]
+
+
+def _status_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("train ")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("parity")
+    one, distributed = root / "one", root / "distributed"
+    return {"one": (one, _train(one)), "distributed": (distributed, _train(distributed, "--actors", "1"))}
+
+
+def test_evaluations_are_at_the_same_boundaries_labelled_with_the_steps_they_evaluated(runs):
+    one, distributed = runs["one"][0], runs["distributed"][0]
+    assert _evaluated_steps(one) == [500, 1000, 1500]
+    assert _evaluated_steps(distributed) == [500, 1000, 1500]
+    for stdout in (runs["one"][1], runs["distributed"][1]):
+        shown = re.findall(r"^eval @ ([\d,]+):", stdout, flags=re.MULTILINE)
+        assert shown == ["500", "1,000", "1,500"], stdout
+
+
+def test_both_modes_log_under_the_same_labels(runs):
+    labels = {name: sorted(path.name for path in (run / "logs").iterdir()) for name, (run, _) in runs.items()}
+    assert labels["one"] == labels["distributed"] == ["environment_loop", "evaluator", "learner"]
+
+
+def test_a_finished_run_ends_with_one_final_checkpoint(runs):
+    names = {name: sorted(path.name for path in (run / "checkpoints").glob("step_*"))
+             for name, (run, _) in runs.items()}
+    assert names["one"] == ["step_000000000500", "step_000000001000", "step_000000001500"]
+    # The acting node that finds a checkpoint due waits for it, as one process does: with one actor,
+    # the same steps.
+    assert names["distributed"] == names["one"]
+
+
+def test_both_modes_print_the_same_status_line_and_end_finished(runs):
+    for name, (run, stdout) in runs.items():
+        lines = _status_lines(stdout)
+        assert lines and re.match(r"train 1,500/1,500 steps .*\| return -?\d", lines[-1]), (name, lines)
+        assert json.loads((run / "run.json").read_text())["status"] == "finished", name
