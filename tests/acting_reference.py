@@ -110,9 +110,15 @@ def learner_values(directory: Path, **overrides: Any) -> dict[str, list]:
 
 
 def cpu_model() -> str:
+    """The CPU's model name, plus " avx512" where it has AVX-512: XLA picks its kernels by the
+    instruction set, and one model name ("AMD EPYC") covers machines with and without it, which round
+    the same run differently."""
     with open("/proc/cpuinfo") as cpuinfo:
-        return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
-                    platform.processor())
+        lines = cpuinfo.read().splitlines()
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    return f"{name} avx512" if "avx512f" in flags else name
 
 
 def main() -> None:

