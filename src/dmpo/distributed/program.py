@@ -235,7 +235,7 @@ class DistributedProgram:
             self._start_actor(index)
         if evaluator:
             self._start_evaluator()
-        self._pending = PendingNodes(self._placed_nodes)
+        self._pending = PendingNodes(self._placed_nodes, demands)
         self.events.start(self._run)
         self._health = HealthChecks(
             {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
