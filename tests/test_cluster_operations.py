@@ -24,7 +24,8 @@ NAN_MESSAGE = "gym:x: step 50 of episode 0: the reward is not finite: nan"
 
 
 def demands(actors: int = 2, use_gpu: bool = False, **resources) -> list[NodeDemand]:
-    return program_demands(actors=actors, evaluator=True, use_gpu=use_gpu, options=ProgramOptions(**resources))
+    options = ProgramOptions(**resources)
+    return program_demands(actors=actors, evaluator=True, use_gpu=use_gpu, options=options)
 
 
 def test_learner_and_replay_asking_the_heads_only_unit_is_refused_naming_the_resource():
