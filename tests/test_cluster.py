@@ -18,6 +18,7 @@ ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
 from dmpo.distributed.cluster import start_local_cluster, stop_local_cluster  # noqa: E402
+from private_folders import open_to_others  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -40,21 +41,6 @@ def _listening_sockets(processes) -> list[tuple[int, str, str, int]]:
             continue
         found.extend((process.pid, name, c.laddr.ip, c.laddr.port)
                      for c in connections if c.status == psutil.CONN_LISTEN)
-    return found
-
-
-def _open_to_others(folder: str) -> list[tuple[str, str]]:
-    """Every folder and socket under `folder` (and itself) that its group or the world may use. (Files
-    keep the modes their processes gave them: no one else can reach them through these folders.)"""
-    found = []
-    for root, _, files in os.walk(folder):
-        for path in [root, *(os.path.join(root, name) for name in files)]:
-            try:
-                mode = os.lstat(path).st_mode
-            except FileNotFoundError:  # a temporary file gone meanwhile
-                continue
-            if (stat.S_ISDIR(mode) or stat.S_ISSOCK(mode)) and mode & 0o077:
-                found.append((path, oct(mode)))
     return found
 
 
@@ -99,19 +85,19 @@ def test_private_cluster_listens_on_loopback_only_and_requires_its_token(monkeyp
         accepted = _connect(info.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
         assert "CONNECTED 42" in accepted.stdout, accepted.stderr[-2000:]
 
-        # Session files (logs, sockets) are private to this user: no folder, socket or file of the
-        # cluster's own folder is open to the group or the world, now that its processes have run.
+        # Session files (logs, sockets) are private to this user: nothing in the cluster's own folder
+        # can be reached by the group or the world, now that its processes (and a worker) have run.
         folder = info.private_folder
         assert folder and info.session_dir.startswith(folder + os.sep), (folder, info.session_dir)
         assert os.path.basename(folder).startswith("dmpo-ray-")
-        assert _open_to_others(folder) == []
+        assert open_to_others(folder) == []
         assert any(stat.S_ISSOCK(os.lstat(os.path.join(root, name)).st_mode)
                    for root, _, names in os.walk(folder) for name in names)  # the sockets were walked
     finally:
         stop_local_cluster(keep_files=True)
     # Kept when asked (for a post-mortem), still private; removed by default (test_distributed_errors.py).
     try:
-        assert os.path.isdir(info.session_dir) and _open_to_others(folder) == []
+        assert os.path.isdir(info.session_dir) and open_to_others(folder) == []
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     # The process environment is as it was: no token for later child processes, the user's path back.

@@ -24,12 +24,11 @@ timeout it lengthens, `_AGENT_REGISTER_TIMEOUT_MS`) are put back as they were, s
 do not inherit a dead cluster's token.
 
 Session files: a private cluster keeps them (logs, sockets) in a fresh `dmpo-ray-*` folder of the
-system temp folder that only its owner can enter (0700), in a `ray` folder inside it: Ray makes the
-folder it is given world-writable, so the owner-only folder must be the one above it. Ray's habit of
-making its folders 0777 is switched off while the cluster starts (`ray_internals.private_folders`),
-and what the cluster's processes created by then (sockets, the raylet's folders) loses its group and
-world bits (`make_private`). The `dmpo-ray-*` folder is removed when the cluster stops, unless
-`keep_files` asks to keep it for a post-mortem.
+system temp folder that only its owner can enter (0700), in a `ray` folder inside it. Ray makes the
+folders it creates world-writable (0777), the one it is given included, and every new Ray worker
+process does it again when it starts: so the owner-only folder is the one above Ray's, which no Ray
+process touches, and through which alone the files below can be reached. It is removed when the
+cluster stops, unless `keep_files` asks to keep it for a post-mortem.
 Every private Ray API this needs lives in `dmpo.distributed.ray_internals`.
 """
 
@@ -39,7 +38,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 
@@ -121,22 +119,6 @@ def stop_local_cluster(*, keep_files: bool = False) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def make_private(folder: str) -> None:
-    """Takes the group and world bits off every folder and file under `folder` (and off it)."""
-    def tighten(path: str) -> None:
-        try:
-            mode = os.lstat(path).st_mode
-            if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077:
-                os.chmod(path, stat.S_IMODE(mode) & 0o700)
-        except OSError:  # gone meanwhile (a process's temporary file)
-            pass
-
-    tighten(folder)
-    for root, folders, files in os.walk(folder):
-        for name in folders + files:
-            tighten(os.path.join(root, name))
-
-
 def start_local_cluster(num_cpus: int | None = None, *,
                         object_store_memory: int | None = None) -> ClusterInfo:
     """Start a private Ray cluster on this machine, reachable from localhost only."""
@@ -147,7 +129,7 @@ def start_local_cluster(num_cpus: int | None = None, *,
     # Session files (logs, sockets) in a folder only this user can enter (module docstring).
     private_folder = tempfile.mkdtemp(prefix="dmpo-ray-")  # 0700
     try:
-        with ray_internals.local_only_binding(), ray_internals.private_folders():
+        with ray_internals.local_only_binding():
             context = ray.init(
                 # "local": always a new cluster. With None, Ray joins the cluster named in
                 # /tmp/ray/ray_current_cluster (any `ray start` on the machine, by any user).
@@ -166,7 +148,6 @@ def start_local_cluster(num_cpus: int | None = None, *,
         shutil.rmtree(private_folder, ignore_errors=True)
         raise
     _private_folder = private_folder
-    make_private(private_folder)  # the sockets and folders the cluster's processes made
     info = context.address_info
     return ClusterInfo(address=info["address"], session_dir=info.get("session_dir"), owned=True,
                        num_gpus=float(ray.cluster_resources().get("GPU", 0.0)), private_folder=private_folder)

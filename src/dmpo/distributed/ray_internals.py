@@ -12,9 +12,6 @@ version, and the test fails naming the missing name when a Ray release moves one
 * `ray._private.worker._global_node.get_session_dir_path`: the session directory of the cluster this
   process is connected to (Ray has no public accessor).
 * `ray.init(_temp_dir=...)`: where a private cluster keeps its session files.
-* `ray._common.utils.try_make_directory_shared`: Ray makes every folder it creates world-writable
-  (0777) with it; replaced by a no-op while a private cluster starts, so its folders keep the mode
-  the process's umask gives them.
 * `ray._private.state.actors` and `ActorHandle._actor_id`: the state of one Ray actor in the
   cluster's actor table (waiting for a place, alive, dead), read by `dmpo.distributed.placement`.
 """
@@ -26,7 +23,7 @@ import os
 from collections.abc import Iterator
 
 __all__ = ["PRIVATE_NAMES", "TEMP_DIR_ARGUMENT", "WAITING_STATES", "actor_id", "actor_state",
-           "local_only_binding", "private_folders", "reset_auth_caches", "session_dir"]
+           "local_only_binding", "reset_auth_caches", "session_dir"]
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 TEMP_DIR_ARGUMENT = "_temp_dir"
@@ -35,7 +32,6 @@ PRIVATE_NAMES = (  # (module, attribute path) of every private name used here
     ("ray._raylet", "Config.initialize"),
     ("ray._raylet", "AuthenticationTokenLoader.instance"),
     ("ray._private.worker", "_global_node"),
-    ("ray._common.utils", "try_make_directory_shared"),
     ("ray._private.state", "actors"),
     ("ray.actor", "ActorHandle._actor_id"),
 )
@@ -76,19 +72,6 @@ def session_dir() -> str | None:
 
     node = getattr(ray._private.worker, "_global_node", None)
     return getattr(node, "get_session_dir_path", lambda: None)()
-
-
-@contextlib.contextmanager
-def private_folders() -> Iterator[None]:
-    """Keep Ray from making the folders it creates in this process world-writable (see above)."""
-    from ray._common import utils
-
-    shared = utils.try_make_directory_shared
-    utils.try_make_directory_shared = lambda directory_path: None
-    try:
-        yield
-    finally:
-        utils.try_make_directory_shared = shared
 
 
 def actor_id(handle: object) -> str:
