@@ -94,13 +94,13 @@ def test_private_cluster_listens_on_loopback_only_and_requires_its_token(monkeyp
         assert any(stat.S_ISSOCK(os.lstat(os.path.join(root, name)).st_mode)
                    for root, _, names in os.walk(folder) for name in names)  # the sockets were walked
     finally:
-        stop_local_cluster(keep_files=True)
-        kept = info.private_folder
-    # Kept when asked (for a post-mortem), still private; removed by default (test_distributed_errors.py).
-    try:
-        assert os.path.isdir(info.session_dir) and open_to_others(kept) == []
-    finally:
-        shutil.rmtree(kept, ignore_errors=True)
+        try:
+            stop_local_cluster(keep_files=True)
+            # Kept when asked (for a post-mortem), still private; removed by default
+            # (test_distributed_errors.py).
+            assert os.path.isdir(info.session_dir) and open_to_others(info.private_folder) == []
+        finally:
+            shutil.rmtree(info.private_folder, ignore_errors=True)
     # The process environment is as it was: no token for later child processes, the user's path back.
     assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
     assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(user_token_file)
