@@ -114,3 +114,21 @@ def test_the_same_failure_twice_in_a_row_is_repeated_and_a_lost_node_breaks_the_
     assert not failures.repeated("actor 1", remote_failure(ValueError("another fault")))
     assert not failures.repeated("actor 1", ray.exceptions.ActorDiedError())
     assert not failures.repeated("actor 1", ray.exceptions.ActorDiedError())  # lost twice: still restarted
+
+
+KEEP = "--keep-ray-logs keeps the files of the private Ray cluster that --actors N starts; "
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--keep-ray-logs"], KEEP + "it needs --actors N (N >= 1)"),
+    (["--keep-ray-logs", "--actors", "1", "--ray-address", "127.0.0.1:1"], KEEP + "with --ray-address"),
+])
+def test_keep_ray_logs_without_a_private_cluster_is_one_line_before_anything_starts(argv, message, capsys,
+                                                                                  tmp_path):
+    from dmpo.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--run-dir", str(tmp_path / "run"), *argv])
+    output = capsys.readouterr()
+    assert exit_info.value.code == 2 and output.err.startswith(f"dmpo: error: {message}")
+    assert output.err.count("\n") == 1 and not (tmp_path / "run").exists()

@@ -80,6 +80,10 @@ def train(
     if any(resources.values()) and not config.actors:
         _fail("--actor-resources, --learner-resources and --replay-resources place Ray nodes; they need "
               "--actors N (N >= 1)")
+    if keep_ray_logs and (not config.actors or ray_address is not None):
+        _fail("--keep-ray-logs keeps the files of the private Ray cluster that --actors N starts; "
+              + ("it needs --actors N (N >= 1)" if not config.actors else
+                 "with --ray-address the cluster's files are where its `ray start` put them"))
     # A malformed JSON flag fails before anything starts (without the flags, Ray is not imported here).
     placement = _parse_resources(resources) if any(resources.values()) else None
     try:
