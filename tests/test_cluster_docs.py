@@ -8,6 +8,7 @@ within a minute in one line naming the resource, before any node starts."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -100,6 +101,8 @@ def test_the_docs_multi_node_commands_run_as_written(tmp_path):
         assert refused.returncode == 2 and len(errors) == 1, refused.stdout[-2000:] + refused.stderr[-3000:]
         assert "2 'learner_node' in all (learner 1, replay 1), the cluster has 1" in errors[0], errors
         assert time.monotonic() - started < 60
+        run = json.loads((work / "runs" / "old-example" / "run.json").read_text())
+        assert run["status"] == "failed" and run["status_reason"].startswith("PlacementError: "), run
     finally:
         processes = cluster_processes(ray_dir)
         for process in processes:  # only this test's cluster: its processes name its folder

@@ -206,8 +206,8 @@ class DistributedProgram:
         evaluator = bool(config.eval_every or opts.evaluator_period_seconds is not None)
         # Before any node starts: Ray would leave a node it cannot place waiting, silently.
         demands = program_demands(actors=config.actors, evaluator=evaluator, use_gpu=use_gpu, options=opts)
+        replay_path = self._prepare_run_directory()  # first: a refused run is marked failed in run.json
         check_placement(demands, ray.cluster_resources())
-        replay_path = self._prepare_run_directory()
         self._settings = NodeSettings(
             builder=self.builder, env_factory=self.env_factory, run_dir=str(self.run_dir), seed=self.seed,
             variable_update_period=opts.variable_update_period, log_time_delta=opts.log_time_delta,
