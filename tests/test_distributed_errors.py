@@ -90,6 +90,11 @@ def test_an_environment_failing_the_same_way_twice_ends_the_run_as_in_one_proces
         assert error_lines(distributed) == [expected], output[-4000:]
         assert distributed.returncode == 2 and "\x1b" not in output and "RayTaskError" not in output
         assert "actor restarts" not in output and "--resume" not in output  # no retries, no useless hint
+        # The first failure was shown as it happened, with the environment's words; one replacement.
+        message = expected.removeprefix("dmpo: error: ")
+        warnings = [line for line in output.splitlines() if line.startswith("dmpo: warning: actor 0 failed")]
+        assert warnings == [f"dmpo: warning: actor 0 failed (EnvError: {message}); a new one takes its "
+                            "place (1 of at most 10 replacements)"], output[-4000:]
         run = json.loads((tmp_path / "dist" / "run.json").read_text())
         assert run["status"] == "failed", run
         assert run["status_reason"] == "EnvError: " + expected.removeprefix("dmpo: error: "), run

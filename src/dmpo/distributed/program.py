@@ -91,6 +91,11 @@ def _check_options(config: TrainConfig, options: ProgramOptions) -> None:
                           f"updates, so the budget could not be met exactly; got {options.max_learner_steps}")
 
 
+def _warn(line: str) -> None:
+    """What the operator should see as it happens (a node replaced or waiting), on the driver's console."""
+    print(f"dmpo: warning: {line}", file=sys.stderr, flush=True)
+
+
 class DistributedProgram:
     """One distributed DMPO run on an initialised Ray cluster (see the module docstring).
 
@@ -303,7 +308,7 @@ class DistributedProgram:
         self._check_critical_nodes()
         self._check_actors()
         for line in self._pending.poll() if self._pending is not None else ():
-            print(f"dmpo: warning: {line}", file=sys.stderr, flush=True)
+            _warn(line)
         self._rows.poll()
         self._check_evaluator()
         self.events.poll(self._save_ref)
@@ -408,6 +413,8 @@ class DistributedProgram:
                               f"{self.actor_restarts} actor restarts (max_actor_restarts); the program "
                               "was stopped") from error
         self.actor_restarts += 1
+        _warn(f"actor {index} failed ({describe(error)}); a new one takes its place "
+              f"({self.actor_restarts} of at most {self.options.max_actor_restarts} replacements)")
         kill(self.actor_handles[index])
         self._actor_generation[index] += 1
         self._start_actor(index)
@@ -438,6 +445,7 @@ class DistributedProgram:
             if self._evaluator_generation >= self.options.max_actor_restarts:
                 raise NodeFailure(f"the evaluator failed ({describe(error)}) "
                                   "too often") from error
+            _warn(f"the evaluator failed ({describe(error)}); a new one takes its place")
             kill(self.evaluator)
             self._evaluator_generation += 1
             self._start_evaluator()
