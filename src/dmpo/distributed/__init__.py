@@ -4,7 +4,7 @@ Entry point (what `dmpo train --actors N` calls)::
 
     run_distributed(config: TrainConfig, run_dir, *, env_factory=None, network_factory=None,
                     options=None, ray_address=None, num_cpus=None, progress=True, resume=False,
-                    on_poll=None) -> DistributedResult
+                    on_poll=None, callbacks=(), keep_ray_logs=False) -> DistributedResult
 
 Every node builds its parts with the one `dmpo.builder.DMPOBuilder` the driver hands it.
 
