@@ -15,14 +15,16 @@ from gymnasium import spaces
 
 
 class PointMass(gymnasium.Env):
-    """2-D point, velocity control in [-2, 2]^2; reward −|position|; 20 steps then truncated."""
+    """2-D point, velocity control in [-2, 2]^2; reward −|position|; `episode_steps` (20) steps then
+    truncated."""
 
     def __init__(self, reward_scale: float = 1.0, observation_space: spaces.Space | None = None,
                  action_space: spaces.Space | None = None, bad_step: int | None = None,
-                 bad_shape: bool = False) -> None:
+                 bad_shape: bool = False, episode_steps: int = 20) -> None:
         self.observation_space = observation_space or spaces.Box(-10.0, 10.0, (2,), np.float64)
         self.action_space = action_space or spaces.Box(-2.0, 2.0, (2,), np.float32)
         self._reward_scale, self._bad_step, self._bad_shape = reward_scale, bad_step, bad_shape
+        self._episode_steps = episode_steps
         self._position = np.zeros(2)
         self._steps = 0
 
@@ -44,7 +46,7 @@ class PointMass(gymnasium.Env):
         if self._bad_step is not None and self._steps == self._bad_step:
             reward = float("nan")
         observation = np.zeros(3) if self._bad_shape else self._observe()
-        return observation, reward, False, self._steps >= 20, {}
+        return observation, reward, False, self._steps >= self._episode_steps, {}
 
 
 def make_point_mass(seed: int | None) -> PointMass:
@@ -89,6 +91,10 @@ def make_image_observations(seed):
 
 def make_nan_reward(seed):
     return PointMass(bad_step=3)
+
+
+def make_nan_reward_at_step_50(seed):
+    return PointMass(bad_step=50, episode_steps=100)
 
 
 def make_wrong_shape(seed):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
+import stat
 import subprocess
 import sys
 
@@ -16,6 +18,7 @@ ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
 from dmpo.distributed.cluster import start_local_cluster, stop_local_cluster  # noqa: E402
+from private_folders import open_to_others  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -82,11 +85,22 @@ def test_private_cluster_listens_on_loopback_only_and_requires_its_token(monkeyp
         accepted = _connect(info.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
         assert "CONNECTED 42" in accepted.stdout, accepted.stderr[-2000:]
 
-        # Session files (logs, sockets) are private to this user.
-        assert info.session_dir and os.stat(info.session_dir).st_mode & 0o077 == 0, info.session_dir
-        assert os.stat(os.path.dirname(info.session_dir)).st_mode & 0o077 == 0
+        # Session files (logs, sockets) are private to this user: nothing in the cluster's own folder
+        # can be reached by the group or the world, now that its processes (and a worker) have run.
+        folder = info.private_folder
+        assert folder and info.session_dir.startswith(folder + os.sep), (folder, info.session_dir)
+        assert os.path.basename(folder).startswith("dmpo-ray-")
+        assert open_to_others(folder) == []
+        assert any(stat.S_ISSOCK(os.lstat(os.path.join(root, name)).st_mode)
+                   for root, _, names in os.walk(folder) for name in names)  # the sockets were walked
     finally:
-        stop_local_cluster()
+        try:
+            stop_local_cluster(keep_files=True)
+            # Kept when asked (for a post-mortem), still private; removed by default
+            # (test_distributed_errors.py).
+            assert os.path.isdir(info.session_dir) and open_to_others(info.private_folder) == []
+        finally:
+            shutil.rmtree(info.private_folder, ignore_errors=True)
     # The process environment is as it was: no token for later child processes, the user's path back.
     assert "RAY_AUTH_MODE" not in os.environ and "RAY_AUTH_TOKEN" not in os.environ
     assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(user_token_file)

@@ -1,6 +1,7 @@
-"""`dmpo train --ray-address` on a real two-node Ray cluster on this machine (README "Running on a Ray
-cluster"): the actors go where `--actor-resources` sends them, losing their node mid-run costs the
-run nothing but replacements, and `--resume` continues it on the same cluster.
+"""`dmpo train --ray-address` on a real two-node Ray cluster on this machine (docs/distributed.md
+"Running on a Ray cluster"): the actors go where `--actor-resources` sends them, losing their node
+mid-run costs the run nothing but replacements (the driver names a replacement that waits for a
+place), and `--resume` continues it on the same cluster.
 
 The cluster runs in its own process (tests/two_node_cluster.py) with token authentication, every
 node on 127.0.0.1; the test checks that every listening socket is on loopback and that no process of
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,12 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
         # node Ray's scheduler would have chosen for an actor that asks for no resource.
         assert killed.count("ray::ActorNode") == 2, killed
         assert "Learner" not in killed and "Replay" not in killed and "Counter" not in killed, killed
+        # Their replacements have nowhere to go: the driver names a waiting one within a minute.
+        lost_at = time.monotonic()
+        waits = train_output.expect("dmpo: warning: the actor ")
+        assert time.monotonic() - lost_at < 60, waits
+        assert "for a place on the Ray cluster" in waits, waits
+        assert "2 'worker' asked in all, 0 in the cluster" in waits, waits
         holder.stdin.write("add-worker\n")
         holder.stdin.flush()
         output.expect("ADDED")

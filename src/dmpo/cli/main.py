@@ -41,6 +41,7 @@ def train(
     actor_resources: str | None = None,
     learner_resources: str | None = None,
     replay_resources: str | None = None,
+    keep_ray_logs: bool = False,
 ) -> None:
     """Train DMPO (single process, or on Ray with --actors N).
 
@@ -61,6 +62,8 @@ def train(
         '{"worker": 1}' to place them on nodes started with `ray start --resources '{"worker": 8}'`.
       learner_resources: Ray resources the learner asks for (JSON), e.g. '{"learner_node": 1}'.
       replay_resources: Ray resources the replay node asks for (JSON).
+      keep_ray_logs: with --actors on a private cluster: keep its session files (Ray's logs, in a
+        `dmpo-ray-*` folder of the system temp folder) after the run instead of removing them.
     """
     import contextlib
 
@@ -77,6 +80,10 @@ def train(
     if any(resources.values()) and not config.actors:
         _fail("--actor-resources, --learner-resources and --replay-resources place Ray nodes; they need "
               "--actors N (N >= 1)")
+    if keep_ray_logs and (not config.actors or ray_address is not None):
+        _fail("--keep-ray-logs keeps the files of the private Ray cluster that --actors N starts; "
+              + ("it needs --actors N (N >= 1)" if not config.actors else
+                 "with --ray-address the cluster's files are where its `ray start` put them"))
     # A malformed JSON flag fails before anything starts (without the flags, Ray is not imported here).
     placement = _parse_resources(resources) if any(resources.values()) else None
     try:
@@ -96,7 +103,7 @@ def train(
                 check_run_path(run_dir)
             _check_before_training(config)
             summary = _train(config, run_dir, resume=resume is not None, progress=progress,
-                             ray_address=ray_address, resources=placement)
+                             ray_address=ray_address, resources=placement, keep_ray_logs=keep_ray_logs)
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the checkpoint is written already
         print(f"dmpo: {message(error)}", file=sys.stderr)
         raise SystemExit(exit_code(error)) from None
@@ -131,14 +138,14 @@ def _check_before_training(config: TrainConfig) -> None:
 
 
 def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
-           ray_address: str | None, resources: dict | None = None) -> dict:
+           ray_address: str | None, resources: dict | None = None, keep_ray_logs: bool = False) -> dict:
     from dmpo.utils.checkpointing import CheckpointError
 
     if config.pixels:
         os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
     if config.actors:
         return _train_distributed(config, run_dir, resume=resume, progress=progress,
-                                  ray_address=ray_address, resources=resources)
+                                  ray_address=ray_address, resources=resources, keep_ray_logs=keep_ray_logs)
     from dmpo.envs import EnvError
     from dmpo.runners.local import train as train_locally
 
@@ -235,14 +242,15 @@ def _parse_resources(flags: dict[str, str | None]) -> dict[str, dict[str, float]
 
 
 def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
-                       ray_address: str | None, resources: dict | None = None) -> dict:
+                       ray_address: str | None, resources: dict | None = None,
+                       keep_ray_logs: bool = False) -> dict:
     """`dmpo train --actors N`: the Ray program of `dmpo.distributed` on this TrainConfig."""
     try:  # Ray is an extra: the single-process path never imports it
         import ray  # noqa: F401
     except ImportError:
         _fail("--actors needs Ray, which is not installed; install it with: "
               "pip install 'dmpo[distributed]'")
-    from dmpo.distributed import NodeFailure, ProgramOptions, run_distributed
+    from dmpo.distributed import NodeFailure, PlacementError, ProgramOptions, run_distributed
     from dmpo.envs import EnvError
     from dmpo.lifecycle.directory import RunDirectory, new_run_path
     from dmpo.lifecycle.task_setup import prepare_task
@@ -261,8 +269,10 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
             _fail(str(error))
     try:
         result = run_distributed(config, run_dir, ray_address=ray_address, progress=progress, resume=resume,
-                                 options=ProgramOptions(**(resources or {})))
-    except (FileNotFoundError, CheckpointError) as error:
+                                 options=ProgramOptions(**(resources or {})), keep_ray_logs=keep_ray_logs)
+    except (FileNotFoundError, CheckpointError, PlacementError) as error:
+        _fail(str(error))
+    except EnvError as error:  # an environment that failed the same way twice: as in one process
         _fail(str(error))
     except NodeFailure as error:
         print(f"dmpo: error: {error}", file=sys.stderr)

@@ -4,7 +4,7 @@ Entry point (what `dmpo train --actors N` calls)::
 
     run_distributed(config: TrainConfig, run_dir, *, env_factory=None, network_factory=None,
                     options=None, ray_address=None, num_cpus=None, progress=True, resume=False,
-                    on_poll=None) -> DistributedResult
+                    on_poll=None, callbacks=(), keep_ray_logs=False) -> DistributedResult
 
 Every node builds its parts with the one `dmpo.builder.DMPOBuilder` the driver hands it.
 
@@ -12,13 +12,15 @@ Modules: `cluster` (local localhost-only cluster or join one), `replay_service` 
 (the table node, the bounded writer and the prefetching sample stream), `counter_service` (shared
 counts), `variables` (publishing and asynchronously fetching the target policy), `actor`,
 `learner_node`, `evaluator` (the nodes), `evaluations` (the driver collecting evaluation rows),
-`options` (program settings and result), `program` (start, monitor, restart, stop), `driver`
-(`run_distributed`: the loop around a program).
+`options` (program settings and result), `placement` (can the cluster hold every node),
+`node_errors` (a node's own exception, and when not to restart it), `program` (start, monitor,
+restart, stop), `driver` (`run_distributed`: the loop around a program).
 """
 
 from dmpo.distributed.cluster import ClusterInfo, ray_cluster, start_local_cluster
 from dmpo.distributed.driver import run_distributed
 from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
+from dmpo.distributed.placement import PlacementError
 from dmpo.distributed.program import DistributedProgram
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "DistributedProgram",
     "DistributedResult",
     "NodeFailure",
+    "PlacementError",
     "ProgramOptions",
     "ray_cluster",
     "run_distributed",

@@ -23,8 +23,12 @@ shuts down, this process's RAY_AUTH_MODE, RAY_AUTH_TOKEN and RAY_AUTH_TOKEN_PATH
 timeout it lengthens, `_AGENT_REGISTER_TIMEOUT_MS`) are put back as they were, so later child processes
 do not inherit a dead cluster's token.
 
-Session files: a private cluster keeps them under a fresh `dmpo-ray-*` folder of the system temp
-folder, readable by its owner only (0700), and leaves them there for a post-mortem, as Ray does.
+Session files: a private cluster keeps them (logs, sockets) in a fresh `dmpo-ray-*` folder of the
+system temp folder that only its owner can enter (0700), in a `ray` folder inside it. Ray makes the
+folders it creates world-writable (0777), the one it is given included, and every new Ray worker
+process does it again when it starts: so the owner-only folder is the one above Ray's, which no Ray
+process touches, and through which alone the files below can be reached. It is removed when the
+cluster stops, unless `keep_files` asks to keep it for a post-mortem.
 Every private Ray API this needs lives in `dmpo.distributed.ray_internals`.
 """
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 
@@ -55,6 +60,8 @@ class ClusterInfo:
     """True when this call started the cluster and will shut it down."""
     num_gpus: float
     """GPUs Ray reports for the whole cluster."""
+    private_folder: str | None = None
+    """The owner-only `dmpo-ray-*` folder holding a private cluster's session files (else None)."""
 
 
 _AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_agent_register_timeout_ms")
@@ -63,6 +70,7 @@ _AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_agen
 # file .../metrics_agent_port_..."); a user's own value is kept.
 _AGENT_REGISTER_TIMEOUT_MS = "120000"
 _saved_env: dict[str, str | None] | None = None  # the variables above before start_local_cluster
+_private_folder: str | None = None  # the dmpo-ray-* folder of the running private cluster
 
 
 def _use_private_token() -> None:
@@ -95,13 +103,20 @@ def _restore_environment() -> None:
     ray_internals.reset_auth_caches()
 
 
-def stop_local_cluster() -> None:
-    """Shuts down the cluster `start_local_cluster` started (waiting for its processes) and restores
-    this process's environment as it was before."""
+def stop_local_cluster(*, keep_files: bool = False) -> None:
+    """Shuts down the cluster `start_local_cluster` started (waiting for its processes), restores
+    this process's environment as it was before and removes the cluster's `dmpo-ray-*` folder (unless
+    `keep_files`: then one line says where it is)."""
+    global _private_folder
     try:
         ray.shutdown(wait_for_processes=True)
     finally:
         _restore_environment()
+        folder, _private_folder = _private_folder, None
+        if folder is not None and keep_files:
+            print(f"dmpo: Ray's session files (logs) of this run are kept in {folder}", flush=True)
+        elif folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def start_local_cluster(num_cpus: int | None = None, *,
@@ -109,10 +124,10 @@ def start_local_cluster(num_cpus: int | None = None, *,
     """Start a private Ray cluster on this machine, reachable from localhost only."""
     if num_cpus is not None and (not isinstance(num_cpus, int) or num_cpus < 1):
         raise ValueError(f"num_cpus must be a positive integer or None, got {num_cpus!r}")
+    global _private_folder
     _use_private_token()
-    # Session files (logs, sockets) under a folder only this user can enter: Ray makes its own
-    # folders world-writable (0777) on purpose, for clusters shared by several users.
-    temp_root = tempfile.mkdtemp(prefix="dmpo-ray-")  # 0700
+    # Session files (logs, sockets) in a folder only this user can enter (module docstring).
+    private_folder = tempfile.mkdtemp(prefix="dmpo-ray-")  # 0700
     try:
         with ray_internals.local_only_binding():
             context = ray.init(
@@ -126,19 +141,16 @@ def start_local_cluster(num_cpus: int | None = None, *,
                 object_store_memory=object_store_memory,
                 configure_logging=False,
                 log_to_driver=True,
-                **{ray_internals.TEMP_DIR_ARGUMENT: temp_root},
+                **{ray_internals.TEMP_DIR_ARGUMENT: os.path.join(private_folder, "ray")},
             )
     except BaseException:
         _restore_environment()
+        shutil.rmtree(private_folder, ignore_errors=True)
         raise
+    _private_folder = private_folder
     info = context.address_info
-    # Ray makes the folders it creates world-writable (0777), the temp root given to it included:
-    # back to owner-only, now that every process of the cluster (all this user's) has started.
-    os.chmod(temp_root, 0o700)
-    if info.get("session_dir"):
-        os.chmod(info["session_dir"], 0o700)
     return ClusterInfo(address=info["address"], session_dir=info.get("session_dir"), owned=True,
-                       num_gpus=float(ray.cluster_resources().get("GPU", 0.0)))
+                       num_gpus=float(ray.cluster_resources().get("GPU", 0.0)), private_folder=private_folder)
 
 
 def _joined(owned: bool = False) -> ClusterInfo:
@@ -149,8 +161,10 @@ def _joined(owned: bool = False) -> ClusterInfo:
 
 
 @contextlib.contextmanager
-def ray_cluster(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[ClusterInfo]:
-    """Run the block on a Ray cluster (see the module docstring for which one)."""
+def ray_cluster(address: str | None = None, *, num_cpus: int | None = None,
+                keep_files: bool = False) -> Iterator[ClusterInfo]:
+    """Run the block on a Ray cluster (see the module docstring for which one); `keep_files` keeps a
+    private cluster's session files when it stops."""
     if ray.is_initialized():
         yield _joined()
         return
@@ -164,6 +178,6 @@ def ray_cluster(address: str | None = None, *, num_cpus: int | None = None) -> I
     finally:
         # A joined cluster is left running; either way this process disconnects.
         if cluster.owned:
-            stop_local_cluster()
+            stop_local_cluster(keep_files=keep_files)
         else:
             ray.shutdown(wait_for_processes=False)

@@ -38,6 +38,7 @@ def run_distributed(
     resume: bool = False,
     on_poll: Callable[[DistributedProgram], None] | None = None,
     callbacks: Sequence[Callback] = (),
+    keep_ray_logs: bool = False,
 ) -> DistributedResult:
     """Trains DMPO with `config.actors` acting nodes on Ray for `config.steps` environment steps.
 
@@ -55,10 +56,14 @@ def run_distributed(
       resume: continue the run in `run_dir` from its latest checkpoint.
       on_poll: called with the program after every monitoring pass (tools and tests).
       callbacks: `dmpo.callbacks.Callback`s, called in this process (evaluations, checkpoints, end).
+      keep_ray_logs: keep a private cluster's session files (Ray's logs) after the run; by default its
+        `dmpo-ray-*` folder is removed when the cluster stops.
 
     Returns:
-      A `DistributedResult`. Raises `NodeFailure` when the learner, replay or counter node dies (after
-      stopping everything); re-raises KeyboardInterrupt after writing a final checkpoint.
+      A `DistributedResult`. Raises `PlacementError` before any node starts when the cluster cannot
+      hold them all; `NodeFailure` when the learner, replay or counter node dies (after stopping
+      everything); an actor's or the evaluator's own exception (e.g. `EnvError`) when it failed the
+      same way twice in a row; re-raises KeyboardInterrupt after writing a final checkpoint.
     """
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     # One process per run directory (dmpo.lifecycle.lock), taken before the program reads the checkpoints;
@@ -68,7 +73,7 @@ def run_distributed(
                                      network_factory=network_factory, resume=resume, callbacks=callbacks)
         with contextlib.ExitStack() as stack:
             with without_secrets():  # Ray's processes inherit the environment they are started from
-                stack.enter_context(ray_cluster(ray_address, num_cpus=num_cpus))
+                stack.enter_context(ray_cluster(ray_address, num_cpus=num_cpus, keep_files=keep_ray_logs))
             stack.enter_context(interrupt_on_signals())
             return _drive(program, progress, on_poll)
 

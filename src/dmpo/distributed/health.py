@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from dmpo.distributed.common import first_line
+from dmpo.distributed.node_errors import describe
 
 
 class NodeDown(Exception):
@@ -81,5 +81,5 @@ def failure_message(node: str, error: BaseException, run_dir: Path) -> str:
     latest = TrainingCheckpoints(run_dir / "checkpoints").latest()
     where = (f"the latest checkpoint is {latest}; run again with resume=True to continue from it"
              if latest is not None else "no checkpoint was written yet")
-    return (f"the {node} node failed ({type(error).__name__}: {first_line(error)}); the distributed "
+    return (f"the {node} node failed ({describe(error)}); the distributed "
             f"program was stopped and all its nodes shut down; {where}")

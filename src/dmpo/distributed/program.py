@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,7 +63,9 @@ from dmpo.distributed.evaluations import EvaluationRows
 from dmpo.distributed.evaluator import make_evaluator_node
 from dmpo.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
 from dmpo.distributed.learner_node import make_learner_node
+from dmpo.distributed.node_errors import RepeatedFailures, describe, node_error, remote_traceback
 from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
+from dmpo.distributed.placement import PendingNodes, check_placement, program_demands
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
 from dmpo.envs.registry import EnvironmentFactory
 from dmpo.lifecycle.schedule import RunSchedule
@@ -87,6 +90,11 @@ def _check_options(config: TrainConfig, options: ProgramOptions) -> None:
         raise ConfigError(f"ProgramOptions.max_learner_steps must be a multiple of "
                           f"agent.learner.sgd_steps_per_call ({calls}): one learner call runs {calls} "
                           f"updates, so the budget could not be met exactly; got {options.max_learner_steps}")
+
+
+def _warn(line: str) -> None:
+    """What the operator should see as it happens (a node replaced or waiting), on the driver's console."""
+    print(f"dmpo: warning: {line}", file=sys.stderr, flush=True)
 
 
 class DistributedProgram:
@@ -147,6 +155,8 @@ class DistributedProgram:
         self._last_eval_step: int | None = None
         self.events = DriverEvents(self.run_dir, config, resume=resume, callbacks=callbacks)
         self.evaluation_steps: list[int] = []  # env steps of the rounds asked for, in order
+        self._failures = RepeatedFailures()  # a node failing the same way twice is not restarted again
+        self._pending: PendingNodes | None = None
         # Checked here, before any cluster starts: the run directory and the environment.
         self._latest_checkpoint = self._check_run_directory()
         probe = self.env_factory(self.seed)
@@ -199,8 +209,13 @@ class DistributedProgram:
         """Prepares the run directory and starts every node."""
         self._started_at = time.monotonic()
         self._last_save_time = self._started_at
-        replay_path = self._prepare_run_directory()
         config, opts = self.config, self.options
+        use_gpu = self._use_gpu if self._use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
+        evaluator = bool(config.eval_every or opts.evaluator_period_seconds is not None)
+        # Before any node starts: Ray would leave a node it cannot place waiting, silently.
+        demands = program_demands(actors=config.actors, evaluator=evaluator, use_gpu=use_gpu, options=opts)
+        replay_path = self._prepare_run_directory()  # first: a refused run is marked failed in run.json
+        check_placement(demands, ray.cluster_resources())
         self._settings = NodeSettings(
             builder=self.builder, env_factory=self.env_factory, run_dir=str(self.run_dir), seed=self.seed,
             variable_update_period=opts.variable_update_period, log_time_delta=opts.log_time_delta,
@@ -220,7 +235,6 @@ class DistributedProgram:
             max_concurrent_samples=opts.samples_in_flight + 1)
         self.replay = make_replay_service(self.builder, replay_config, restore_path=replay_path,
                                           resources=opts.replay_resources)
-        use_gpu = self._use_gpu if self._use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
         self.learner = make_learner_node(
             self._settings, node_seed(self.seed, ROLE_LEARNER), self.replay, self.counter, use_gpu=use_gpu,
             keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay,
@@ -234,8 +248,9 @@ class DistributedProgram:
             self.actor_handles.append(None)
             self._actor_refs.append(None)
             self._start_actor(index)
-        if config.eval_every or opts.evaluator_period_seconds is not None:
+        if evaluator:
             self._start_evaluator()
+        self._pending = PendingNodes(self._placed_nodes, demands)
         self.events.start(self._run)
         self._health = HealthChecks(
             {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
@@ -281,6 +296,13 @@ class DistributedProgram:
         self.actor_handles[index] = handle
         self._actor_refs[index] = handle.run.remote()
 
+    def _placed_nodes(self) -> dict[str, tuple[Any, Any]]:
+        """The nodes that may wait for a place on the cluster, and the resources each asks for."""
+        actor = self.options.actor_resources or {}
+        nodes = {f"actor {index}": (handle, actor) for index, handle in enumerate(self.actor_handles)}
+        nodes["evaluator"] = (self.evaluator, actor)
+        return nodes
+
     def _start_evaluator(self) -> None:
         assert self._settings is not None
         self.evaluator = make_evaluator_node(
@@ -301,6 +323,8 @@ class DistributedProgram:
             return True
         self._check_critical_nodes()
         self._check_actors()
+        for line in self._pending.poll() if self._pending is not None else ():
+            _warn(line)
         self._rows.poll()
         self._check_evaluator()
         self.events.poll(self._save_ref)
@@ -417,14 +441,29 @@ class DistributedProgram:
                 self._replace_actor(index, error)
 
     def _replace_actor(self, index: int, error: BaseException) -> None:
+        self._stop_if_repeated(f"actor {index}", error)
         if self.actor_restarts >= self.options.max_actor_restarts:
-            raise NodeFailure(f"actor {index} failed ({type(error).__name__}: {first_line(error)}) after "
+            raise NodeFailure(f"actor {index} failed ({describe(error)}) after "
                               f"{self.actor_restarts} actor restarts (max_actor_restarts); the program "
                               "was stopped") from error
         self.actor_restarts += 1
+        _warn(f"actor {index} failed ({describe(error)}); a new one takes its place "
+              f"({self.actor_restarts} of at most {self.options.max_actor_restarts} replacements)")
         kill(self.actor_handles[index])
         self._actor_generation[index] += 1
         self._start_actor(index)
+
+    def _stop_if_repeated(self, node: str, error: BaseException) -> None:
+        """A node whose own code failed the same way twice in a row would fail a third time: the run
+        stops with that node's exception (its type and message, as in one process)."""
+        if not self._failures.repeated(node, error):
+            return
+        original = node_error(error)
+        traceback = remote_traceback(error)
+        if traceback and hasattr(original, "add_note"):
+            original.add_note(f"{node} failed twice in a row this way and was not restarted again; its "
+                              f"traceback:\n{traceback}")
+        raise original from None
 
     def _check_evaluator(self) -> None:
         if self._evaluator_ref is None:
@@ -436,9 +475,11 @@ class DistributedProgram:
             self._evaluator_returns.extend(ray.get(self._evaluator_ref))
             self._evaluator_ref = None
         except Exception as error:
+            self._stop_if_repeated("evaluator", error)
             if self._evaluator_generation >= self.options.max_actor_restarts:
-                raise NodeFailure(f"the evaluator failed ({type(error).__name__}: {first_line(error)}) "
+                raise NodeFailure(f"the evaluator failed ({describe(error)}) "
                                   "too often") from error
+            _warn(f"the evaluator failed ({describe(error)}); a new one takes its place")
             kill(self.evaluator)
             self._evaluator_generation += 1
             self._start_evaluator()
@@ -565,5 +606,5 @@ class DistributedProgram:
                 pass
             except Exception as error:  # e.g. its final save hit a full disk: no final checkpoint
                 if status != "failed":
-                    status, reason = "failed", f"the learner's final checkpoint failed: {first_line(error)}"
+                    status, reason = "failed", f"the learner's final checkpoint failed: {describe(error)}"
         return status, reason

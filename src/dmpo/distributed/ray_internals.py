@@ -12,6 +12,8 @@ version, and the test fails naming the missing name when a Ray release moves one
 * `ray._private.worker._global_node.get_session_dir_path`: the session directory of the cluster this
   process is connected to (Ray has no public accessor).
 * `ray.init(_temp_dir=...)`: where a private cluster keeps its session files.
+* `ray._private.state.actors` and `ActorHandle._actor_id`: the state of one Ray actor in the
+  cluster's actor table (waiting for a place, alive, dead), read by `dmpo.distributed.placement`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-__all__ = ["PRIVATE_NAMES", "TEMP_DIR_ARGUMENT", "local_only_binding", "reset_auth_caches", "session_dir"]
+__all__ = ["PRIVATE_NAMES", "TEMP_DIR_ARGUMENT", "WAITING_STATES", "actor_id", "actor_state",
+           "local_only_binding", "reset_auth_caches", "session_dir"]
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 TEMP_DIR_ARGUMENT = "_temp_dir"
@@ -29,7 +32,11 @@ PRIVATE_NAMES = (  # (module, attribute path) of every private name used here
     ("ray._raylet", "Config.initialize"),
     ("ray._raylet", "AuthenticationTokenLoader.instance"),
     ("ray._private.worker", "_global_node"),
+    ("ray._private.state", "actors"),
+    ("ray.actor", "ActorHandle._actor_id"),
 )
+WAITING_STATES = ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING")
+"""Actor table states of an actor that has no process yet (no place on the cluster, or not yet)."""
 
 
 @contextlib.contextmanager
@@ -65,3 +72,19 @@ def session_dir() -> str | None:
 
     node = getattr(ray._private.worker, "_global_node", None)
     return getattr(node, "get_session_dir_path", lambda: None)()
+
+
+def actor_id(handle: object) -> str:
+    """The hex id of a Ray actor handle."""
+    return handle._actor_id.hex()  # type: ignore[attr-defined]
+
+
+def actor_state(actor_hex_id: str) -> str | None:
+    """The actor's state in the cluster's actor table ("ALIVE", "PENDING_CREATION", ...), or None."""
+    from ray._private import state
+
+    try:
+        info = state.actors(actor_id=actor_hex_id)
+    except Exception:  # the table cannot be read right now: say nothing rather than guess
+        return None
+    return info.get("State") if isinstance(info, dict) else None

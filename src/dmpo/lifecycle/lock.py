@@ -10,6 +10,11 @@ The lock is re-entrant within one process (the CLI takes it before it reads the 
 trainer takes it again): a second flock on a new file descriptor of the same file would conflict
 with the first on Linux, so this module keeps one descriptor per run directory and a count.
 
+File systems without `flock` (Lustre mounted without `-o flock`, NFS without a lock manager) make it
+fail with ENOLCK, EOPNOTSUPP or ENOSYS: `RunLockUnsupportedError` then names the lock file and its
+mount, and says how to run anyway: `DMPO_NO_LOCK=1` in the environment skips the lock (nothing then
+stops two processes from training the same run directory at once: that is the user's to ensure).
+
 `is_mine_or_free(run)` lets shared code (cleaning a killed save's temporary folders) act only where
 no other process holds the run.
 """
@@ -17,19 +22,42 @@ no other process holds the run.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "RunLockedError", "is_mine_or_free", "run_lock"]
+__all__ = ["LOCK_NAME", "NO_LOCK_ENV", "RunLockUnsupportedError", "RunLockedError", "is_mine_or_free",
+           "run_lock"]
 
 LOCK_NAME = ".lock"
-_held: dict[str, tuple[int, int]] = {}  # resolved run directory -> (file descriptor, depth)
+NO_LOCK_ENV = "DMPO_NO_LOCK"
+_NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # what file systems without flock answer
+_held: dict[str, tuple[int | None, int]] = {}  # resolved run directory -> (file descriptor, depth)
 
 
 class RunLockedError(RuntimeError):
     """Another process holds the run directory's lock."""
+
+
+class RunLockUnsupportedError(RunLockedError):
+    """The run directory's file system cannot lock files (`flock`)."""
+
+
+def _lock_disabled() -> bool:
+    return os.environ.get(NO_LOCK_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _unsupported(lock_file: Path, error: OSError) -> RunLockUnsupportedError:
+    from dmpo.lifecycle.mounts import mount_of
+
+    mount = mount_of(lock_file)
+    where = f"the file system mounted at {mount}" if mount is not None else "its file system"
+    return RunLockUnsupportedError(
+        f"cannot lock {lock_file}: {where} does not support flock ({os.strerror(error.errno)}); run with "
+        f"{NO_LOCK_ENV}=1 to train without the lock (then make sure no other process trains this run "
+        "directory at the same time), or use a run directory on a file system with locks")
 
 
 def _key(run_dir: str | os.PathLike[str]) -> str:
@@ -51,6 +79,9 @@ def acquire(run_dir: str | os.PathLike[str]) -> None:
         fd, depth = _held[key]
         _held[key] = (fd, depth + 1)
         return
+    if _lock_disabled():
+        _held[key] = (None, 1)
+        return
     lock_file = Path(run_dir) / LOCK_NAME
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -59,6 +90,11 @@ def acquire(run_dir: str | os.PathLike[str]) -> None:
         os.close(fd)
         raise RunLockedError(f"run directory {run_dir} is in use by process {_holder(lock_file)} "
                              f"(lock {lock_file}); wait for it to end or stop it first") from None
+    except OSError as error:
+        os.close(fd)
+        if error.errno in _NO_FLOCK:
+            raise _unsupported(lock_file, error) from None
+        raise
     except BaseException:
         os.close(fd)
         raise
@@ -74,6 +110,8 @@ def release(run_dir: str | os.PathLike[str]) -> None:
         _held[key] = (fd, depth - 1)
         return
     del _held[key]
+    if fd is None:  # taken with DMPO_NO_LOCK: nothing to release
+        return
     with contextlib.suppress(OSError):
         os.ftruncate(fd, 0)
     os.close(fd)  # closing the descriptor releases the flock
@@ -102,6 +140,10 @@ def is_mine_or_free(run_dir: str | os.PathLike[str]) -> bool:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
+    except OSError as error:
+        if error.errno in _NO_FLOCK:  # no locks on this file system: nobody can be seen holding it
+            return True
+        raise
     finally:
         os.close(fd)  # also drops the shared lock taken just to look
     return True
