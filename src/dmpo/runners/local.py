@@ -47,7 +47,7 @@ from dmpo.lifecycle.interrupts import CriticalCalls, annotate, interrupt_on_sign
 from dmpo.lifecycle.lock import run_lock
 from dmpo.lifecycle.task_setup import prepare_task, saved_config
 from dmpo.networks import DMPONetworks
-from dmpo.policies.snapshot import save_policy
+from dmpo.policies.snapshot import save_policy, save_policy_on_interrupt
 from dmpo.reporting.logging import make_logger
 from dmpo.reporting.progress import Progress
 from dmpo.reporting.trackers import check_installed, open_tracker
@@ -285,6 +285,7 @@ class LocalTrainer:
                 if self._last_checkpoint_step != self.env_steps():
                     self.save_checkpoint()
             except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP (dmpo.lifecycle.interrupts)
+                save_policy_on_interrupt(self.save_snapshot)
                 try:
                     self.save_checkpoint(mid_episode=True)
                 except BaseException as error:
