@@ -46,8 +46,8 @@ def export_onnx(run: Path, output: Path) -> tuple[object, dict[str, str]]:
     return session, session.get_modelmeta().custom_metadata_map
 
 
-def act(session, observation: np.ndarray) -> np.ndarray:
-    (actions,) = session.run(["action"], {"observation": observation[None].astype(np.float32)})
+def act(session, observation: np.ndarray, dtype=np.float32) -> np.ndarray:
+    (actions,) = session.run(["action"], {"observation": observation[None].astype(dtype)})
     return actions[0]
 
 
@@ -212,13 +212,15 @@ def test_pixel_task_with_action_repeat_onnx_matches_dmpo_eval(tmp_path):
     repeat, frames = int(meta["action_repeat"]), int(meta["frame_stack"])
     assert (repeat, frames) == (2, 3)
     low, high = json.loads(meta["action_minimum"]), json.loads(meta["action_maximum"])
+    dtype = json.loads(meta["observation_input"])["dtype"]
+    assert dtype == "uint8"
     with recording_gym_task(control.Environment) as episodes:
         task = control_suite.load("cartpole-swingup", 5)
         camera = PixelObservationWrapper(task, image_size=84)  # dmpo's renderer; the loop is the user's
         timestep = task.reset()
         stack = [camera.render()] * frames
         while not timestep.last():
-            action = np.clip(act(session, np.concatenate(stack, axis=-1)), low, high)
+            action = np.clip(act(session, np.concatenate(stack, axis=-1), dtype), low, high)
             for _ in range(repeat):
                 timestep = task.step(action)
                 if timestep.last():
