@@ -207,6 +207,8 @@ def test_pixel_task_with_action_repeat_onnx_matches_dmpo_eval(tmp_path):
         main(["eval", str(run), "--episodes", "1", "--seed", "5"])
     expected = [[(action, reward) for action, reward in episode] for episode in episodes]
     assert [len(episode) for episode in expected] == [1000]  # 500 agent steps, each repeated twice
+    sent = np.stack([action for action, _ in expected[0]])
+    assert np.ptp(sent) > 1e-3  # the policy answers what it sees: not one constant action
 
     session, meta = export_onnx(run, tmp_path / "policy.onnx")
     repeat, frames = int(meta["action_repeat"]), int(meta["frame_stack"])
