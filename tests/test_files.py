@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import numpy as np
 import pytest
 
-from dmpo.utils.files import atomic_write, atomic_write_bytes, atomic_write_text
+from dmpo.utils.files import (
+    atomic_write,
+    atomic_write_bytes,
+    atomic_write_text,
+    current_umask,
+    make_kept_directory,
+)
 
 
 def test_atomic_write_replaces_content(tmp_path):
@@ -52,3 +59,17 @@ def test_temp_prefix_names_the_temporary_file(tmp_path):
     atomic_write(tmp_path / "out.bin", lambda f: seen.extend(os.listdir(tmp_path)), temp_prefix=".mine_")
     assert len(seen) == 1 and seen[0].startswith(".mine_") and seen[0].endswith(".tmp")
     assert (tmp_path / "out.bin").read_bytes() == b""
+
+
+def test_kept_files_follow_the_umask_and_private_ones_stay_owner_only(tmp_path):
+    previous = os.umask(0o027)
+    try:
+        assert current_umask() == 0o027
+        atomic_write_text(tmp_path / "kept.txt", "shared")
+        atomic_write(tmp_path / "private.txt", lambda file: file.write(b"mine"), private=True)
+        folder = make_kept_directory(tmp_path, ".temp.")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "kept.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "private.txt").stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o750 and folder.name.startswith(".temp.")

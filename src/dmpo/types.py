@@ -35,18 +35,26 @@ class Transition(NamedTuple):
 
 
 class EnvironmentSpec(NamedTuple):
-    """The four specs an agent needs from an environment."""
+    """The four specs an agent needs from an environment, and what lies between it and the task.
+
+    `task` (a `dmpo.envs.interface.TaskInterface`, or None) records the task's own action bounds, the
+    action repeat and the frame stack of a pipeline environment: the agent never uses it, but a policy
+    snapshot does, so that a policy shipped without dmpo acts in the task's own action space."""
 
     observations: NestedSpec
     actions: specs.BoundedArray
     rewards: specs.Array
     discounts: specs.BoundedArray
+    task: Any = None
 
 
 def make_environment_spec(environment: dm_env.Environment) -> EnvironmentSpec:
+    from dmpo.envs.interface import task_interface  # dmpo.envs imports this module
+
     return EnvironmentSpec(
         observations=environment.observation_spec(),
         actions=environment.action_spec(),
         rewards=environment.reward_spec(),
         discounts=environment.discount_spec(),
+        task=task_interface(environment),
     )

@@ -1,7 +1,7 @@
 """`DMPO.save(path)` / `DMPO.load(path)`: a single-process agent written to a folder and read back.
 
     <path>/
-        agent.json        format, seed, environment spec, the agent's and the actor's counts
+        agent.json        format, seed, num_envs, environment spec, the agent's and the actor's counts
         config.json       the DMPOConfig (dmpo.lifecycle.directory.save_config)
         learner/          the whole TrainingState (dmpo.utils.checkpointing: checksummed, no pickle)
         replay.npz        replay contents and sampler state (only with replay=True)
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,7 @@ from dmpo.config import DMPOConfig
 from dmpo.lifecycle.directory import load_config, save_config
 from dmpo.policies.snapshot import environment_spec_from_dict, environment_spec_to_dict
 from dmpo.utils.checkpointing import Checkpointer
-from dmpo.utils.files import fsync_directory
+from dmpo.utils.files import atomic_write_text, fsync_directory, make_kept_directory
 
 if TYPE_CHECKING:
     from dmpo.agent.core import DMPO
@@ -35,7 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["load_agent", "save_agent"]
 
-_FORMAT = 1
+_FORMAT = 2
+_READABLE_FORMATS = (1, 2)  # format 1 had no num_envs: those agents acted in one environment
 
 
 def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = False) -> Path:
@@ -43,7 +43,7 @@ def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = Fals
     if path.exists():
         raise FileExistsError(f"{path} exists; DMPO.save writes a new folder and never replaces one")
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    temp = make_kept_directory(path.parent, f".{path.name}.")
     try:
         with agent.pause():
             learner_state = agent.learner.save_state()
@@ -51,6 +51,7 @@ def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = Fals
                 agent.table.save(temp / "replay.npz")
             record = {
                 "format": _FORMAT, "seed": agent.seed, "overlap_learner": agent.overlap_learner,
+                "num_envs": len(agent.adders),
                 "environment_spec": environment_spec_to_dict(agent.builder.environment_spec),
                 "num_observations": agent.num_observations, "learning_starts": agent.learning_starts,
                 "pending_sgd_steps": agent.pending_sgd_steps, "num_actions": agent.actor.num_actions,
@@ -58,7 +59,7 @@ def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = Fals
             }
         Checkpointer(temp / "learner", max_to_keep=1).save(int(learner_state.steps), learner_state)
         save_config(temp / "config.json", agent.config)
-        (temp / "agent.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        atomic_write_text(temp / "agent.json", json.dumps(record, indent=2) + "\n")
         fsync_directory(temp)
         os.rename(temp, path)
     except BaseException:
@@ -75,12 +76,13 @@ def load_agent(agent_class: type[DMPO], path: str | os.PathLike[str], *, network
     if not record_file.is_file():
         raise FileNotFoundError(f"{path} is not a saved agent (no agent.json); save one with DMPO.save(path)")
     record = json.loads(record_file.read_text(encoding="utf-8"))
-    if record.get("format") != _FORMAT:
-        raise ValueError(f"{record_file}: format {record.get('format')!r}, this dmpo reads format {_FORMAT}")
+    if record.get("format") not in _READABLE_FORMATS:
+        raise ValueError(f"{record_file}: format {record.get('format')!r}, this dmpo reads formats "
+                         f"{list(_READABLE_FORMATS)}")
     config = load_config(path / "config.json", DMPOConfig)
     agent = agent_class(environment_spec_from_dict(record["environment_spec"]), config, networks=networks,
                  seed=record["seed"], logger=logger, counter=counter,
-                 overlap_learner=record["overlap_learner"])
+                 overlap_learner=record["overlap_learner"], num_envs=record.get("num_envs", 1))
     state, _ = Checkpointer(path / "learner").restore(agent.learner.save_state())
     agent.learner.restore_state(state)
     agent.num_observations = record["num_observations"]

@@ -365,7 +365,8 @@ def evaluate(
         _check_spec_matches(policy.environment_spec, environment, name)
         from dmpo.reporting.videos import camera_render_fn, parse_camera
 
-        result = run_evaluation(environment, policy, episodes, video_path=video,
+        # The environment from `make` maps canonical actions onto the task's bounds itself.
+        result = run_evaluation(environment, policy.canonical_action, episodes, video_path=video,
                                 render_fn=camera_render_fn(parse_camera(camera)))
     except (EnvError, OSError, ValueError, TypeError) as error:  # one line, not a traceback
         _fail(f"eval {target} on {name}: {error}")
@@ -455,19 +456,23 @@ def export(
     format: Literal["onnx", "stablehlo"],  # noqa: A002 - the flag users type is --format
     output: Annotated[Path, tyro.conf.arg(aliases=("-o",))],
     best: bool = False,
+    opset: int | None = None,
 ) -> None:
-    """Export the deterministic policy (observation network + policy mean) for use without dmpo.
+    """Export the deterministic policy (observation network + policy mean, mapped onto the task's action
+    bounds) for use without dmpo.
 
     Args:
       target: a run directory or a snapshot file.
-      format: onnx (needs the export extra: pip install 'dmpo[export]') or stablehlo (jax.export).
+      format: onnx (needs the export extra: pip install 'dmpo[export]') or stablehlo (jax.export; its
+        metadata goes to OUTPUT.json).
       output: file to write.
       best: export snapshots/best.msgpack (the best-evaluated policy) instead of the latest.
+      opset: ONNX opset to write (default: jax2onnx's own); onnx only.
     """
     from dmpo.policies.export import ExportError, export_policy
 
     try:
-        path = export_policy(target, output, format, best=best)
+        path = export_policy(target, output, format, best=best, opset=opset)
     except (ExportError, OSError) as error:
         _fail(str(error))
     print(f"wrote {path}")

@@ -9,7 +9,8 @@ Every environment from `make` acts in `[-1, 1]^D` (float32) and emits float32 re
 discounts; a LAST step with discount 0 is a termination and one with discount 1 a truncation.
 Modules: `registry` (make), `control_suite`, `gym_adapter`, `entry_points` (the user's own
 environments: `module:callable`, `gym:module:Id`), `checks` (per-step checks, `dmpo check-env`),
-`pixels`, `wrappers`, `observations` (flattening), `fakes` (test environments).
+`pixels`, `wrappers`, `observations` (flattening), `interface` (the task's own action bounds, action
+repeat and frame stack, read off a pipeline environment), `fakes` (test environments).
 (`control_suite`/`gym_adapter` are not called `dm_control`/`gymnasium` so as not to read like the
 libraries they wrap.)
 """

@@ -176,6 +176,11 @@ class FrameStackWrapper(EnvironmentWrapper):
         self._spec = specs.Array((height, width, channels * self._num_frames), inner.dtype, name=inner.name)
         self._stack: np.ndarray | None = None
 
+    @property
+    def num_frames(self) -> int:
+        """Frames stacked into each observation."""
+        return self._num_frames
+
     def observation_spec(self) -> specs.Array:
         return self._spec
 

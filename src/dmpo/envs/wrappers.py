@@ -20,6 +20,7 @@ import tree
 from dm_env import specs
 
 from dmpo.envs.errors import EnvError, check_positive_int
+from dmpo.envs.interface import canonical_to_task
 from dmpo.types import NestedArray, NestedSpec
 
 
@@ -92,13 +93,17 @@ class CanonicalActionWrapper(EnvironmentWrapper):
         if np.any(low > high):
             raise EnvError(f"action minimum must not exceed maximum, got minimum={low} maximum={high}")
         self._low, self._high, self._inner_dtype = low, high, inner.dtype
-        self._half_low, self._half_high = 0.5 * low, 0.5 * high  # halving is exact in binary
         self._spec = specs.BoundedArray(
             shape=inner.shape, dtype=np.float32, minimum=-1.0, maximum=1.0, name=inner.name or "action"
         )
 
     def action_spec(self) -> specs.BoundedArray:
         return self._spec
+
+    @property
+    def task_bounds(self) -> tuple[np.ndarray, np.ndarray, np.dtype]:
+        """`(minimum, maximum, dtype)` of the task's own action spec (float64 bounds, shape [D])."""
+        return self._low.copy(), self._high.copy(), np.dtype(self._inner_dtype)
 
     def to_inner(self, action) -> np.ndarray:
         """Validates a canonical action, clips it to `[-1, 1]` and maps it onto the true bounds."""
@@ -107,9 +112,7 @@ class CanonicalActionWrapper(EnvironmentWrapper):
             raise EnvError(f"action must have shape {self._spec.shape}, got shape {action.shape}")
         if np.isnan(action).any():
             raise EnvError(f"action contains NaN: {action}")
-        unit = np.clip(action, -1.0, 1.0)
-        mapped = self._half_low * (1.0 - unit) + self._half_high * (1.0 + unit)
-        return np.clip(mapped, self._low, self._high).astype(self._inner_dtype)
+        return canonical_to_task(action, self._low, self._high, self._inner_dtype)
 
     def step(self, action) -> dm_env.TimeStep:
         return self._environment.step(self.to_inner(action))
@@ -121,6 +124,11 @@ class ActionRepeatWrapper(EnvironmentWrapper):
     def __init__(self, environment: dm_env.Environment, num_repeats: int):
         super().__init__(environment)
         self._num_repeats = check_positive_int(num_repeats, "action_repeat")
+
+    @property
+    def num_repeats(self) -> int:
+        """Inner steps per action."""
+        return self._num_repeats
 
     def step(self, action) -> dm_env.TimeStep:
         timestep = self._environment.step(action)

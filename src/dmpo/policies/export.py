@@ -1,16 +1,19 @@
 """Exporting a policy snapshot for runtimes without dmpo: ONNX (jax2onnx) and serialized StableHLO.
 
-The exported function is the *deterministic* policy `load_policy` acts with: observation network, then
-the Gaussian head's mean, batched. It takes one input, `observation`, of shape `[B, ...]`:
+The exported function is the *deterministic* policy `load_policy` acts with: observation network, the
+Gaussian head's mean, then the map onto the task's own action bounds that the environment pipeline
+applies (clip to `[-1, 1]`, `low·(1 − a)/2 + high·(1 + a)/2`, clip to `[low, high]`), batched. It
+takes one input, `observation`, of shape `[B, ...]`:
 
 * state tasks: float32 `[B, F]`, the observation flattened as the agent flattens it (`BatchFlatten`:
   the entries of a dict observation concatenated in sorted key order, each raveled);
   `dmpo.envs.observations.flatten_observation` computes it from a dm_control / gym observation;
 * pixel tasks: the image stack as the environment returns it (uint8 `[B, H, W, C]`).
 
-and returns `action` float32 `[B, D]`: the policy mean, *not* clipped to the action bounds (the
-environment wrapper clips, as in training); the bounds are stored in the ONNX metadata. `B` is symbolic
-in both formats, so any batch size runs.
+and returns `action` float32 `[B, D]`: the action to send the task itself, inside its bounds. The
+metadata (`metadata(policy)`: ONNX model properties; for StableHLO a `<file>.json` beside the file)
+states the bounds, the observation input, the action repeat and the frame stack the policy was trained
+with. `B` is symbolic in both formats, so any batch size runs.
 
 ONNX goes through jax2onnx (the `[export]` extra), which converts the traced JAX program operator by
 operator; StableHLO goes through `jax.export` (in JAX itself): `jax.export.deserialize(blob).call(x)`
@@ -30,11 +33,13 @@ import numpy as np
 
 from dmpo.policies.snapshot import LoadedPolicy, SnapshotError, load_policy
 
-__all__ = ["ExportError", "FORMATS", "export_policy", "input_spec", "policy_function", "resolve_snapshot"]
+__all__ = ["ExportError", "FORMATS", "export_policy", "input_spec", "metadata", "policy_function",
+           "resolve_snapshot"]
 
 Format = Literal["onnx", "stablehlo"]
 FORMATS: tuple[str, ...] = ("onnx", "stablehlo")
 INPUT_NAME, OUTPUT_NAME = "observation", "action"
+_OLDEST_OPSET = 15  # the oldest checked to give models onnxruntime accepts (13 gives an invalid Reshape)
 
 
 class ExportError(ValueError):
@@ -69,17 +74,41 @@ def input_spec(policy: LoadedPolicy) -> tuple[tuple[int, ...], np.dtype]:
 
 
 def policy_function(policy: LoadedPolicy) -> Any:
-    """`f(observation [B, ...]) -> action mean [B, D]` with the policy's parameters closed over.
+    """`f(observation [B, ...]) -> action [B, D]` in the task's bounds, parameters closed over.
 
     For state policies the flat vector goes straight into `BatchFlatten`, which leaves a `[B, F]`
-    array as it is: the same computation `load_policy` does after it concatenates the entries."""
+    array as it is: the same computation `load_policy` does after it concatenates the entries. The
+    map onto the bounds is the pipeline's (`dmpo.envs.interface.canonical_to_task`) in float32."""
     networks, params = policy.networks, policy.params
+    low = np.asarray(policy.task.minimum, np.float32)
+    high = np.asarray(policy.task.maximum, np.float32)
+    half_low, half_high = 0.5 * low, 0.5 * high  # halving is exact in binary
 
     def act(observation: jax.Array) -> jax.Array:
         mean, _ = networks.apply_policy(params, observation)
-        return mean
+        unit = jnp.clip(mean.astype(jnp.float32), -1.0, 1.0)
+        return jnp.clip(half_low * (1.0 - unit) + half_high * (1.0 + unit), low, high)
 
     return act
+
+
+def metadata(policy: LoadedPolicy) -> dict[str, str]:
+    """What a runtime needs besides the graph, as strings (ONNX model properties are strings)."""
+    from dmpo.policies.snapshot import observation_input
+
+    task = policy.task
+    return {
+        "dmpo_format": "deterministic policy: action = policy mean mapped onto the task's action bounds "
+                       "(clipped to [-1, 1], low*(1-a)/2 + high*(1+a)/2, clipped to [low, high])",
+        "action_minimum": json.dumps(list(task.action_minimum)),
+        "action_maximum": json.dumps(list(task.action_maximum)),
+        "action_dtype": task.action_dtype,
+        "action_repeat": str(task.action_repeat),
+        "frame_stack": str(task.frame_stack),
+        "observation_input": json.dumps(observation_input(policy.environment_spec, policy.network_config)),
+        "env": str(policy.metadata.get("env", "")),
+        "pixels": json.dumps(bool(policy.metadata.get("pixels", False))),
+    }
 
 
 def _export_stablehlo(function: Any, shape: tuple[int, ...], dtype: np.dtype) -> bytes:
@@ -90,30 +119,38 @@ def _export_stablehlo(function: Any, shape: tuple[int, ...], dtype: np.dtype) ->
     return bytes(exported.serialize())
 
 
-def _export_onnx(function: Any, shape: tuple[int, ...], dtype: np.dtype, policy: LoadedPolicy) -> bytes:
+def _export_onnx(function: Any, shape: tuple[int, ...], dtype: np.dtype, policy: LoadedPolicy,
+                 opset: int | None) -> bytes:
     import jax2onnx  # present: export_policy checked before loading the snapshot
     import onnx
 
+    options = {} if opset is None else {"opset": opset}  # None: what jax2onnx writes by default
     model = jax2onnx.to_onnx(function, inputs=[jax.ShapeDtypeStruct(("B", *shape), jnp.dtype(dtype))],
-                             model_name="dmpo_policy", input_names=[INPUT_NAME], output_names=[OUTPUT_NAME])
-    spec = policy.environment_spec.actions
-    metadata = {
-        "dmpo_format": "deterministic policy (action = policy mean, not clipped)",
-        "action_minimum": json.dumps(np.broadcast_to(spec.minimum, spec.shape).tolist()),
-        "action_maximum": json.dumps(np.broadcast_to(spec.maximum, spec.shape).tolist()),
-        "env": str(policy.metadata.get("env", "")),
-    }
-    onnx.helper.set_model_props(model, metadata)
+                             model_name="dmpo_policy", input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                             **options)
+    onnx.helper.set_model_props(model, metadata(policy))
     return model.SerializeToString()
 
 
+def _check_opset(opset: Any) -> None:
+    """An opset the installed onnx package knows, or one line naming the range."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    integer = isinstance(opset, (int, np.integer)) and not isinstance(opset, bool)
+    if not integer or not _OLDEST_OPSET <= opset <= newest:
+        raise ExportError(f"--opset must be an integer from {_OLDEST_OPSET} to {newest} (the newest the "
+                          f"installed onnx knows), got {opset!r}")
+
+
 def export_policy(target: str | os.PathLike[str], output: str | os.PathLike[str], fmt: Format, *,
-                  best: bool = False) -> Path:
+                  best: bool = False, opset: int | None = None) -> Path:
     """Writes the deterministic policy of `target` (run folder or snapshot file) to `output` as `fmt`.
 
-    Every check (format, snapshot, output folder, extra) runs before the export; the file is written
-    atomically, so an existing file at `output` is replaced whole or not at all."""
-    from dmpo.utils.files import atomic_write_bytes
+    Every check (format, snapshot, output folder, extra, opset) runs before the export; the file is
+    written atomically, so an existing file at `output` is replaced whole or not at all. StableHLO's
+    metadata goes to `<output>.json`. `opset`: the ONNX opset (None: jax2onnx's default)."""
+    from dmpo.utils.files import atomic_write_bytes, atomic_write_text
 
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")
@@ -132,6 +169,10 @@ def export_policy(target: str | os.PathLike[str], output: str | os.PathLike[str]
         except ImportError as error:
             raise ExportError("--format onnx needs the export extra: pip install 'dmpo[export]' "
                               f"({error.name} is missing)") from error
+        if opset is not None:
+            _check_opset(opset)
+    elif opset is not None:
+        raise ExportError(f"--opset is for --format onnx; --format {fmt} has no opset")
     path = resolve_snapshot(target, best=best)
     try:
         policy = load_policy(path)
@@ -139,7 +180,10 @@ def export_policy(target: str | os.PathLike[str], output: str | os.PathLike[str]
         raise ExportError(str(error)) from error
     shape, dtype = input_spec(policy)
     function = policy_function(policy)
-    blob = _export_onnx(function, shape, dtype, policy) if fmt == "onnx" \
-        else _export_stablehlo(function, shape, dtype)
-    atomic_write_bytes(output, blob)
+    if fmt == "onnx":
+        atomic_write_bytes(output, _export_onnx(function, shape, dtype, policy, opset))
+    else:
+        atomic_write_bytes(output, _export_stablehlo(function, shape, dtype))
+        sidecar = output.with_name(output.name + ".json")
+        atomic_write_text(sidecar, json.dumps(metadata(policy), indent=2) + "\n")
     return output

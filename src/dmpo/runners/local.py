@@ -51,7 +51,7 @@ from dmpo.lifecycle.seeds import evaluation_seed, segment_seed
 from dmpo.lifecycle.status import RunStatus
 from dmpo.lifecycle.task_setup import prepare_task, saved_config
 from dmpo.networks import DMPONetworks
-from dmpo.policies.snapshot import save_policy
+from dmpo.policies.snapshot import save_policy, save_policy_on_interrupt
 from dmpo.reporting.logging import make_logger
 from dmpo.reporting.progress import Progress
 from dmpo.reporting.trackers import check_installed, open_tracker
@@ -273,6 +273,7 @@ class LocalTrainer:
                 if self.schedule.final_events(self.env_steps()).checkpoint is not None:
                     self.save_checkpoint()
             except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP (dmpo.lifecycle.interrupts)
+                save_policy_on_interrupt(self.save_snapshot)
                 try:
                     self.save_checkpoint(mid_episode=True)
                 except BaseException as error:

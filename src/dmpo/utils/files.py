@@ -3,6 +3,10 @@
 The new content goes to a temporary file in the destination's folder (so the rename cannot cross file
 systems), is flushed and fsync'ed, then `os.replace`d over the destination. A failure removes the
 temporary file and leaves the destination as it was.
+
+A kept file gets the mode a plain `open(path, "w")` would give it (0666 less the umask: 0644 under the
+usual 022), so another user or a serving container can read a shipped policy; `mkstemp` alone would
+leave every file 0600. `private=True` keeps a file 0600 for what must stay the owner's.
 """
 
 from __future__ import annotations
@@ -14,23 +18,52 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "fsync_directory"]
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "current_umask", "fsync_directory",
+           "kept_file_mode", "make_kept_directory"]
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system says it (Linux: /proc), since
+    setting it to read it back would race with other threads creating files."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def kept_file_mode() -> int:
+    """The mode `open()` gives a new file: 0666 less the umask."""
+    return 0o666 & ~current_umask()
+
+
+def make_kept_directory(parent: str | os.PathLike[str], prefix: str) -> Path:
+    """A fresh temporary folder in `parent` (to be renamed into place when complete) with the mode
+    `mkdir` would give it (0777 less the umask), not `mkdtemp`'s 0700."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(path, 0o777 & ~current_umask())
+    return path
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], object], *,
-                 temp_prefix: str | None = None, sync_directory: bool = False) -> None:
+                 temp_prefix: str | None = None, sync_directory: bool = False, private: bool = False) -> None:
     """Replaces `path` with what `write(file)` writes into a fresh binary file.
 
     Args:
       temp_prefix: name prefix of the temporary file (default `.<name>.`), so that an owner can find and
         delete those left by a killed writer.
       sync_directory: also fsync the folder, so the rename itself survives a power loss.
+      private: keep the file 0600 (readable by its owner only) instead of following the umask.
     """
     path = Path(path)
     prefix = f".{path.name}." if temp_prefix is None else temp_prefix
     fd, temp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as file:
+            if not private:
+                os.fchmod(file.fileno(), kept_file_mode())
             write(file)
             file.flush()
             os.fsync(file.fileno())
