@@ -12,7 +12,7 @@ import pytest
 from benchtools.time_to_score import time_to_score_markdown
 
 _ROOT = Path(__file__).resolve().parent.parent
-_DATA = _ROOT / "benchmarks" / "recorded" / "issue13-100k.json"
+_DATA = _ROOT / "benchmarks" / "recorded" / "presets-3seeds-100k.json"
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +59,9 @@ def test_benchmarks_md_holds_the_tables_the_script_prints(recorded, data):
     assert not missing, f"BENCHMARKS.md lacks rows benchmarks/recorded.py prints: {missing}"
 
 
-_ISSUE_24 = ["issue13-100k.json", "issue24-100k.json"]
-_EVERY_POINT = ["issue13-100k.json", "issue13-grid-100k.json", "issue24-100k.json", "issue24-walker-60k.json",
-                "issue24-spi256-50k.json"]
+_ISSUE_24 = ["presets-3seeds-100k.json", "fast-seeds34-100k.json"]
+_EVERY_POINT = ["presets-3seeds-100k.json", "preset-grid-100k.json", "fast-seeds34-100k.json", "walker-grid-60k.json",
+                "fast-spi256-50k.json"]
 
 
 def test_benchmarks_md_holds_the_issue_24_tables(recorded):
