@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/recorded.py --time-to-score benchmarks/recorded/*.json
     .venv/bin/python benchmarks/recorded.py --record /work/bench/fast-seeds34 --commit abc1234 > new.json
 
-Some results in BENCHMARKS.md predate `benchtools.statistics` and their run folders were not kept;
+Some results in docs/results/ predate `benchtools.statistics` and their run folders were not kept;
 their curves were recorded in the text. This script rebuilds each run's final return and area under the
 curve from such a file (JSON: `budget`, `eval_every`, and `groups` of {task, config, commit,
 env_steps_per_second, curves: {seed: [return at eval_every, 2·eval_every, ...]}}) and prints the same

@@ -1,4 +1,4 @@
-"""`--agent.networks.vmin auto` / `vmax auto`: a categorical critic support that fits the task (issue 25).
+"""`--agent.networks.vmin auto` / `vmax auto`: a categorical critic support that fits the task.
 
 The critic predicts the discounted return `Z = Σ_t γ^t r_t` of agent steps (γ the learner's discount;
 the environment's discount 0 at a termination only cuts the sum short). If every per-step reward lies
