@@ -1,6 +1,6 @@
-"""`dmpo train --ray-address` on a real two-node Ray cluster on this machine (README "Running on a Ray
-cluster"): the actors go where `--actor-resources` sends them, losing their node mid-run costs the
-run nothing but replacements, and `--resume` continues it on the same cluster.
+"""`dmpo train --ray-address` on a real two-node Ray cluster on this machine (docs/distributed.md): the
+actors go where `--actor-resources` sends them, losing their node mid-run costs the run nothing but
+replacements, and `--resume` continues it on the same cluster.
 
 The cluster runs in its own process (tests/two_node_cluster.py) with token authentication, every
 node on 127.0.0.1; the test checks that every listening socket is on loopback and that no process of
