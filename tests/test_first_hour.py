@@ -170,7 +170,7 @@ def test_a_corrupt_newest_checkpoint_is_reported_in_one_line(trained_run, tmp_pa
 
     from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
-    run = tmp_path / "run"
+    run = tmp_path / "my run"  # a space in the path, as in many home folders
     shutil.copytree(trained_run, run)
     newest = TrainingCheckpoints(run / "checkpoints").paths()[-1]
     (learner_file,) = (newest / "learner").glob("*.ckpt")

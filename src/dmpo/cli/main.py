@@ -243,7 +243,7 @@ def _apply_resume_flags(resume: Path, config: TrainConfig) -> TrainConfig:
     if latest is not None:  # the skipped ones are moved aside at the next save: said once, above
         paths = TrainingCheckpoints(Path(resume) / "checkpoints").paths()
         for skipped in paths[paths.index(latest) + 1:]:
-            warnings.filterwarnings("ignore", message=rf"checkpoint \S*{re.escape(skipped.name)} is unusable")
+            warnings.filterwarnings("ignore", message=rf"checkpoint .*{re.escape(skipped.name)} is unusable")
     if changes:
         RunDirectory(resume).update_config(config, changes)
         for name, (old, new) in changes.items():
