@@ -538,10 +538,10 @@ def _one_line_warnings():
 
 def main(argv: list[str] | None = None) -> None:
     with _one_line_warnings():
-        _main(argv)
+        _run_command(argv)
 
 
-def _main(argv: list[str] | None) -> None:
+def _run_command(argv: list[str] | None) -> None:
     # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
     warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
     args = list(sys.argv[1:] if argv is None else argv)
