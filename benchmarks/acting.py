@@ -1,4 +1,4 @@
-"""Environment steps per second of lockstep acting against the number of environments N (issue 23).
+"""Environment steps per second of lockstep acting against the number of environments N.
 
 Two parts, in one run so that the ratios see the same machine load:
 

@@ -7,7 +7,7 @@ Times the default critic torso (`LayerNormMLP` 512-512-256, walker-sized 30-dim 
 * a candidate written with `exp(x) - 1` (in case XLA:CPU vectorises `exp` better than `expm1`),
 * the identity (the floor: matmuls, layer norm and tanh only).
 
-Measured 0.96-1.02x flax's elu for the candidate, so the networks keep flax's (BENCHMARKS.md).
+Measured 0.96-1.02x flax's elu for the candidate, so the networks keep flax's (docs/results/training-loop.md).
 
     .venv/bin/python benchmarks/activation.py [--rounds 5] [--calls 10]
 """

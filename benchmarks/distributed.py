@@ -23,7 +23,7 @@ in flight (a ceiling for one Python table node on this machine).
 Settings are small but real (cartpole swing-up from dm_control, 64×64 policy, 128×128 critic,
 51 atoms, batch 64, 8 action samples), so the whole script takes a few minutes on 2 cores. Every
 actor, the learner and the replay node share this machine's cores: the figures show how the parts
-compete on one box, not what a cluster would do (see the scaling estimate in BENCHMARKS.md).
+compete on one box, not what a cluster would do (see the scaling estimate in docs/results/distributed.md).
 """
 
 from __future__ import annotations

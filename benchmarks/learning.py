@@ -13,7 +13,7 @@ finished run under --out, or those --tasks / --preset / --seeds name):
 
     results.csv   one row per (task, preset): final and area-under-curve return, mean / IQM and 95% CI
     runs.csv      one row per run
-    results.md    the tables for BENCHMARKS.md (per task; across dmc tasks; time to score), with the
+    results.md    the tables for docs/results/ (per task; across dmc tasks; time to score), with the
                   commands that made them on top
     curves.png    one panel per task: mean evaluation return per preset, its interval shaded
     curves_wallclock.png   the same against wall-clock minutes
@@ -77,8 +77,8 @@ from benchtools.time_to_score import (
 )
 
 # A preset is a named set of extra `dmpo train` flags; adding one is adding a line. The first three are
-# `dmpo train --preset NAME` itself; the others are the points of the time-to-score grid (issue 24,
-# BENCHMARKS.md "Time to score"), each one change to `fast`, kept so that their folders stay readable.
+# `dmpo train --preset NAME` itself; the others are the points of the time-to-score grid
+# (docs/results/time-to-score.md), each one change to `fast`, kept so that their folders stay readable.
 PRESETS: dict[str, tuple[str, ...]] = {
     # `dmpo train`'s default (`sample_efficient_preset()`: samples per insert 128, critic 256-256-256).
     "fast": ("--preset", "fast"),

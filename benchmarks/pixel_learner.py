@@ -1,4 +1,4 @@
-"""Pixel learner throughput on CPU: updates per second with the IMPALA and DrQ torsos (issue 6).
+"""Pixel learner throughput on CPU: updates per second with the IMPALA and DrQ torsos.
 
     .venv/bin/python benchmarks/pixel_learner.py [--batch 256] [--steps 3] [--rounds 2]
 

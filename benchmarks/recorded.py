@@ -1,12 +1,12 @@
 """Restate recorded learning results with the benchmark tool's statistics (rliable), from their curves.
 
-    .venv/bin/python benchmarks/recorded.py benchmarks/recorded/issue13-100k.json
-    .venv/bin/python benchmarks/recorded.py benchmarks/recorded/issue13-100k.json \
-        benchmarks/recorded/issue24-100k.json
+    .venv/bin/python benchmarks/recorded.py benchmarks/recorded/presets-3seeds-100k.json
+    .venv/bin/python benchmarks/recorded.py benchmarks/recorded/presets-3seeds-100k.json \
+        benchmarks/recorded/fast-seeds34-100k.json
     .venv/bin/python benchmarks/recorded.py --time-to-score benchmarks/recorded/*.json
     .venv/bin/python benchmarks/recorded.py --record /work/bench/fast-seeds34 --commit abc1234 > new.json
 
-Some results in BENCHMARKS.md predate `benchtools.statistics` and their run folders were not kept;
+Some results in docs/results/ predate `benchtools.statistics` and their run folders were not kept;
 their curves were recorded in the text. This script rebuilds each run's final return and area under the
 curve from such a file (JSON: `budget`, `eval_every`, and `groups` of {task, config, commit,
 env_steps_per_second, curves: {seed: [return at eval_every, 2·eval_every, ...]}}) and prints the same
@@ -150,7 +150,7 @@ def record_folder(out: Path, commit: str) -> tuple[int, list[dict]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", type=Path, nargs="*",
-                        help="recorded curves (JSON), e.g. benchmarks/recorded/issue13-100k.json")
+                        help="recorded curves (JSON), e.g. benchmarks/recorded/presets-3seeds-100k.json")
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10,000)")
     parser.add_argument("--time-to-score", action="store_true",
                         help="print when each curve first reaches its task's threshold instead")

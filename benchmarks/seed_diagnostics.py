@@ -10,7 +10,7 @@ the learner's dual variables (temperature, mean and stddev KL duals), the KLs re
 (E-step distribution `kl_q_rel`, the mean's and the stddev's to the target policy), the policy's
 smallest and largest standard deviation, the critic loss, the target probability mass on the
 support's edge atoms, and the largest Q. A run whose last evaluation is below `--weak` (0.7) times the
-mean last evaluation of the runs shown is marked: issue 24 asks what such a seed did differently.
+mean last evaluation of the runs shown is marked, so that what such a seed did differently can be read.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Does TensorBoard still show a step twice after a resume with a purge marker (issue 21, item 3)?
+"""Does TensorBoard still show a step twice after a resume with a purge marker?
 
 A killed run logged steps 0..10, its checkpoint was at step 6, the resumed run logs 7..12. Each case
 prints what TensorBoard's EventAccumulator (what the TensorBoard UI draws) and, if installed, tbparse

@@ -1,4 +1,4 @@
-"""Environment steps per second of the whole single-process training loop (issue 4, benchmark a).
+"""Environment steps per second of the whole single-process training loop.
 
 Default DMPO settings on dmc:cartpole-swingup: acting, n-step adder, replay and learner steps on the
 spec's schedule (one learner step per 8 environment steps). Each mode first fills replay to

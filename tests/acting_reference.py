@@ -1,5 +1,5 @@
 """The stored reference run that proves `num_envs = 1` trains bit-identically to the code before
-vectorized acting (issue 23).
+vectorized acting.
 
 `reference_run(directory)` trains a tiny synchronous-learner run on `FakeEnvironment` (episodes of 9
 steps, so checkpoint boundaries fall inside episodes and the environment is re-created per segment)

@@ -1,4 +1,4 @@
-"""A user's own environments, defined outside dmpo, reached by entry point (issue 25).
+"""A user's own environments, defined outside dmpo, reached by entry point.
 
 `make_point_mass(seed)` is a tiny gymnasium task (push a point to the origin, 20 steps); importing
 this module also registers it as `PointMassTest-v0`, so `gym:tests.envs_for_tests:PointMassTest-v0`

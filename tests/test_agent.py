@@ -206,7 +206,7 @@ def test_overlapped_learner_holds_the_ratio_and_stops_cleanly(tmp_path):
 
 
 def test_a_failed_overlapped_learner_stops_acting_and_raises_its_error():
-    """Regression (issue 11.1): the learner thread's error used to be stored while the acting thread
+    """Regression: the learner thread's error used to be stored while the acting thread
     blocked forever in Table.insert once the ratio limiter stopped inserts."""
     import threading
 
@@ -245,7 +245,7 @@ def test_a_failed_overlapped_learner_stops_acting_and_raises_its_error():
 
 
 def test_checkpoint_period_shorter_than_an_episode_writes_once_per_boundary(tmp_path, monkeypatch):
-    """Regression (issue 11.3): `next_checkpoint += every` wrote the same checkpoint once per period."""
+    """Regression: `next_checkpoint += every` wrote the same checkpoint once per period."""
     from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 
     written = []

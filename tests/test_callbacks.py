@@ -1,4 +1,4 @@
-"""Callbacks, the best-policy snapshot, stop at a return, and the W&B / MLflow trackers (issue 21)."""
+"""Callbacks, the best-policy snapshot, stop at a return, and the W&B / MLflow trackers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Callbacks, the best policy, stop at a return and a tracker in the distributed program (issue 21):
+"""Callbacks, the best policy, stop at a return and a tracker in the distributed program:
 they run in the driver, from the evaluator's round summaries and the nodes' CSV logs."""
 
 from __future__ import annotations

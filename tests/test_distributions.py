@@ -72,7 +72,7 @@ def test_kl_matches_monte_carlo():
 # the rounding of σ itself (6e-8) moves a KL of 1e-8 (|δ| = 1e-4) by ~1e-3 relative.
 # Against the float32 inputs each part is a few ulps: μp − μq and σp − σq are exact when the two
 # are within a factor 2 (Sterbenz), and division, log1p, the square and the series/expm1 each add
-# about one ulp (measured ≤ 3e-7). We assert 1e-5, tighter than the 1e-4 the issue asks for; the
+# about one ulp (measured ≤ 3e-7). We assert 1e-5, tighter than the 1e-4 asked for; the
 # textbook form evaluated in float32 fails these inputs by more than 10 % (checked below).
 
 

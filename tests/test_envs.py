@@ -339,10 +339,15 @@ def test_unknown_prefix_lists_the_supported_ones(name):
         make(name)
 
 
-@pytest.mark.parametrize("name", ["dmc:cartpole", "dmc:cartpole-fly", "dmc:cart-pole-swingup"])
+@pytest.mark.parametrize("name", ["dmc:cartpole", "dmc:cartpole-fly"])
 def test_unknown_dm_control_task_lists_the_available_ones(name):
     with pytest.raises(EnvError, match="cartpole-swingup.*walker-walk"):
         make(name)
+
+
+def test_a_dm_control_task_one_typo_away_is_named():
+    with pytest.raises(EnvError, match=r"did you mean dmc:cartpole-swingup\?"):
+        make("dmc:cart-pole-swingup")
 
 
 def test_unknown_gym_id_suggests_close_matches():

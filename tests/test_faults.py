@@ -2,7 +2,7 @@
 a failing learner thread, and killed nodes of the distributed program.
 
 Every kill time comes from a seeded RNG and is printed (`pytest -s` shows them); the trial counts and
-outcomes are recorded in BENCHMARKS.md ("Reliability"). Everything runs in subprocesses, so that a
+outcomes are recorded in docs/results/reliability.md. Everything runs in subprocesses, so that a
 hang fails a test at its timeout instead of stopping the suite.
 """
 

@@ -285,18 +285,22 @@ def test_status_line_keeps_steps_and_eta_and_drops_fields_from_the_right():
     lines: list[str] = []
     progress = Progress(100_000, live=False, clock=clock, print_fn=lines.append)
     clock.now = 0.0
-    progress.update(env_steps=10_000, episodes=10, learner_steps=0)
+    progress.update(env_steps=10_000, episodes=10, learner_steps=0)  # filling replay: no ETA yet
+    clock.now = 5.0
+    progress.update(env_steps=15_000, episodes=15, learner_steps=1)  # learning starts: the ETA's clock
     clock.now = 10.0
     progress.update(env_steps=20_000, episodes=20, last_return=-12.25, learner_steps=500)
     progress.evaluation(20_000, [810.0, 814.6])
     wide = progress.status_line(200)
+    # 5,000 steps in the 5 s since learning started: 80,000 to go take 80 s.
     assert wide == ("train 20,000/100,000 steps 20% ETA 0:01:20 | return -12.2 (mean1 -12.2) | eval 812.3 "
                     "| 50.0 upd/s | episodes 20")
     # The return does not fit in 60 columns: it and every field after it go.
     assert progress.status_line(60) == "train 20,000/100,000 steps 20% ETA 0:01:20"
-    assert progress.status_line(30) == "20,000/100,000 steps 20% ETA 0:01:20"  # never the steps or ETA
+    assert progress.status_line(40) == "20,000/100,000 steps 20% ETA 0:01:20"  # never the steps or ETA
+    assert progress.status_line(30) == "20k/100k steps 20% ETA 0:01:20"  # abbreviated rather than cut
     # Off a terminal: a status line per tenth of the budget and the evaluation as one short line.
-    assert lines == ["train 10,000/100,000 steps 10% ETA -:--:-- | episodes 10",
+    assert lines == ["train 10,000/100,000 steps 10% | episodes 10",
                      progress.status_line(120).replace(" | eval 812.3", ""),
                      "eval @ 20,000: 812.3 ± 2.3 over 2 episodes"]
 

@@ -1,4 +1,4 @@
-"""Runs that survive how clusters keep and share them (issue 20): retention never drops the checkpoint
+"""Runs that survive how clusters keep and share them: retention never drops the checkpoint
 just written, formats carry versions, one process per run directory, interrupts wait for a learner
 step to end. The real `dmpo train` under SIGTERM is in tests/test_interrupts_cli.py."""
 
@@ -41,7 +41,7 @@ def flip_one_bit(checkpoint):
 
 @pytest.mark.parametrize("keep", [1, 2])
 def test_retention_keeps_the_checkpoint_just_written_and_moves_a_corrupt_one_aside(tmp_path, keep):
-    """The issue's sequence: save 2000 and 3000, flip one bit in 3000, fall back, save 2500."""
+    """The reported sequence: save 2000 and 3000, flip one bit in 3000, fall back, save 2500."""
     checkpoints = TrainingCheckpoints(tmp_path, keep=3)
     older = checkpoints.save(2000, learner_state(2.0), state(2000))
     newest = checkpoints.save(3000, learner_state(3.0), state(3000))

@@ -114,8 +114,9 @@ def test_type_header_must_match(tmp_path):
 def test_create_makes_layout_and_info(tmp_path):
     config = Outer(seed=7)
     run = RunDirectory.create(tmp_path / "r", config, seed=7, command=["dmpo", "train"])
-    for name in ("logs", "tb", "checkpoints", "snapshots", "videos"):
+    for name in ("logs", "tb", "checkpoints", "snapshots"):
         assert (run.path / name).is_dir()
+    assert not (run.path / "videos").exists()  # made by the first video, not left empty in every run
     info = run.info()
     assert info["command"] == ["dmpo", "train"] and info["seed"] == 7 and info["status"] == "starting"
     assert info["dmpo_version"] == dmpo.__version__

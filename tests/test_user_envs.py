@@ -1,4 +1,4 @@
-"""Issue 25: a user's own environment by entry point, what DMPO cannot learn said at once, the 'auto'
+"""A user's own environment by entry point, what DMPO cannot learn said at once, the 'auto'
 critic support and the edge-mass metric. The environments live in tests/envs_for_tests.py."""
 
 from __future__ import annotations

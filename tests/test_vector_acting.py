@@ -1,4 +1,4 @@
-"""Vectorized acting (issue 23): N lockstep environments, one batched policy call, one adder each.
+"""Vectorized acting: N lockstep environments, one batched policy call, one adder each.
 
 What is pinned down: one environment trains bit-identically to the stored run made before the
 change; each lockstep environment's transitions equal those of a separate single-environment run

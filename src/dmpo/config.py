@@ -228,12 +228,12 @@ class DMPOConfig:
 
 
 def control_suite_preset() -> DMPOConfig:
-    """`dmpo train --preset control` (the default before the time-to-score grid, issue 24): the
+    """`dmpo train --preset control` (the default before the time-to-score grid): the
     reference's update ratio; it differs from the reference's `DMPOConfig()` in two values, each taken
     from one of the reference's own launchers (spec §10): policy and critic learning rate 3e-4 (the
     JAX agent's) instead of 1e-4, and a policy target period of 25 (the distributed control-suite
     launcher's) instead of 100. Measured at 100k steps, 3 seeds
-    (BENCHMARKS.md): cartpole-swingup 766.5, walker-walk 358.5, cheetah-run 160.7; the reference TF
+    (docs/results/learning.md): cartpole-swingup 766.5, walker-walk 358.5, cheetah-run 160.7; the reference TF
     agent reached about 330 on cartpole-swingup."""
     learner = LearnerConfig(policy_learning_rate=3e-4, critic_learning_rate=3e-4,
                             target_policy_update_period=25)
@@ -244,8 +244,8 @@ def sample_efficient_preset() -> DMPOConfig:
     """`dmpo train`'s default (`--preset fast`): `control_suite_preset()` with four times the updates
     per env step (samples per insert 128, one update per 2 env steps, where SAC makes one) on a critic
     of 256-256-256 instead of 512-512-256, which makes twice spi 64's updates in the same wall-clock,
-    and K = 4 updates per jitted call. Chosen by the grid in BENCHMARKS.md ("The sample-efficient
-    preset: the grid") and made the default by the time-to-score grid (BENCHMARKS.md "Time to score":
+    and K = 4 updates per jitted call. Chosen by the grid in docs/results/learning.md ("The sample-efficient
+    preset: the grid") and made the default by the time-to-score grid (docs/results/time-to-score.md:
     the only preset to reach the thresholds on all three tasks measured); not the reference's values."""
     base = control_suite_preset()
     return dataclasses.replace(

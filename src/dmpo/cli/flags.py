@@ -14,8 +14,9 @@ import re
 import typing
 
 from dmpo.config import ConfigError, TrainConfig
+from dmpo.utils.spelling import closest
 
-__all__ = ["budget_warnings", "flag_message", "flag_of"]
+__all__ = ["budget_warnings", "flag_message", "flag_of", "known_flags", "unknown_flag_message"]
 
 
 @functools.cache
@@ -64,3 +65,35 @@ def budget_warnings(config: TrainConfig) -> list[str]:
                 f"{needed:,} observations ({which} {needed:,}): this run will not learn; raise --steps "
                 f"or lower {which}"]
     return []
+
+
+def known_flags(command: typing.Callable[..., object]) -> frozenset[str] | None:
+    """Every option string tyro gives `command` (`--steps`, `--no-progress`, `-h`), or None where this
+    tyro cannot say (then tyro's own error stands)."""
+    import warnings
+
+    import tyro
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # get_parser is deprecated in favour of tyro's own backend
+            parser = tyro.extras.get_parser(command)
+        return frozenset(option for action in parser._actions for option in action.option_strings)
+    except Exception:  # noqa: BLE001 - a tyro without argparse parsers: no pre-check
+        return None
+
+
+def unknown_flag_message(args: list[str], known: frozenset[str], command: str) -> str | None:
+    """One line for the first `--option` in `args` that `command` does not have, with the closest
+    flags by edit distance (`--step`: did you mean --steps?); None when every option is known."""
+    normal = {flag.replace("_", "-"): flag for flag in known}
+    for arg in args:
+        if not arg.startswith("--") or arg == "--":
+            continue
+        typed = arg.partition("=")[0]
+        if typed.replace("_", "-") in normal:
+            continue
+        near = closest(typed.replace("_", "-"), sorted(normal), separator=".")
+        hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        return f"unrecognized option {typed} for dmpo {command}{hint} (dmpo {command} --help lists them all)"
+    return None

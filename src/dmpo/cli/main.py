@@ -13,8 +13,10 @@ Every option of `train` comes from `dmpo.config.TrainConfig` (nested: `--agent.b
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -22,8 +24,13 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dmpo.cli.flags import flag_message
+from dmpo.cli.flags import flag_message, known_flags, unknown_flag_message
 from dmpo.config import AGENT_PRESETS, ConfigError, ParsedConfigError, TrainConfig, parsing_flags
+
+# Settings that may differ on `--resume` (a longer budget, other periods, more actors); any other
+# difference from the saved config would not match the checkpoint (networks, env, agent) and is refused.
+RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors",
+                    "stop_at_return", "video_every")
 
 
 def _fail(message: str) -> None:
@@ -49,13 +56,13 @@ def train(
       config: the run's configuration.
       preset: the agent config the flags apply to: fast (`sample_efficient_preset()`, the default:
         one update per 2 env steps on a 256-256-256 critic, the only preset to reach a good policy
-        on every task of BENCHMARKS.md "Time to score"), control (`control_suite_preset()`: the
+        on every task of the time-to-score benchmark), control (`control_suite_preset()`: the
         reference's update ratio, learning rates 3e-4) or reference (the reference's `DMPOConfig()`);
         flags given with it override its values, in any order.
       run_dir: where config, logs, checkpoints and snapshots go (default: runs/<timestamp>).
       resume: a run directory to continue from its newest checkpoint, with its saved config; flags
-        given with it change steps, eval_every, eval_episodes, checkpoint_every, keep_checkpoints
-        or actors (recorded in run.json); any other differing flag is an error.
+        given with it may change RESUMABLE_FLAGS (--actors between distributed counts only),
+        recorded in config.json and run.json; any other differing flag is an error.
       progress: show a live progress line on a terminal.
       ray_address: join this Ray cluster instead of starting a local one (with --actors).
       actor_resources: Ray resources each actor (and the evaluator) asks for, as JSON, e.g.
@@ -65,8 +72,6 @@ def train(
       keep_ray_logs: with --actors on a private cluster: keep its session files (Ray's logs, in a
         `dmpo-ray-*` folder of the system temp folder) after the run instead of removing them.
     """
-    import contextlib
-
     from dmpo.config import flags_parsed
     from dmpo.lifecycle.directory import check_run_path
     from dmpo.lifecycle.interrupts import exit_code, message
@@ -116,6 +121,11 @@ def train(
           + (f", last evaluation return {last['return_mean']:.1f}" if "return_mean" in last else ""))
     if summary.get("stop_reason"):
         print(f"stopped early: {summary['stop_reason']}")
+
+
+# The --resume help names the fields `_apply_resume_flags` lets change, from the one list of them.
+train.__doc__ = train.__doc__.replace(
+    "RESUMABLE_FLAGS", ", ".join("--" + name.replace("_", "-") for name in RESUMABLE_FIELDS))
 
 
 def _check_before_training(config: TrainConfig) -> None:
@@ -208,6 +218,13 @@ def _apply_resume_flags(resume: Path, config: TrainConfig) -> TrainConfig:
     for warning in plan.warnings:
         print(f"dmpo: warning: {warning}", file=sys.stderr)
     warnings.filterwarnings("ignore", message="skipping unusable checkpoint")  # said once, above
+    if plan.checkpoint is not None:  # the skipped ones are moved aside at the next save: said once, above
+        from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+
+        paths = [path.name for path in TrainingCheckpoints(Path(resume) / "checkpoints").paths()]
+        newer = paths[paths.index(plan.checkpoint.name) + 1:] if plan.checkpoint.name in paths else []
+        for skipped in newer:
+            warnings.filterwarnings("ignore", message=rf"checkpoint .*{re.escape(skipped)} is unusable")
     apply_resume(plan)
     for name, (old, new) in plan.changes.items():
         print(f"resume: {name} {old} -> {new}", file=sys.stderr)
@@ -371,7 +388,8 @@ def evaluate(
     except (EnvError, OSError, ValueError, TypeError) as error:  # one line, not a traceback
         _fail(f"eval {target} on {name}: {error}")
     print(f"{name}: return {result['return_mean']:.1f} ± {result['return_std']:.1f} "
-          f"(min {result['return_min']:.1f}, max {result['return_max']:.1f}) over {episodes} episodes, "
+          f"(min {result['return_min']:.1f}, max {result['return_max']:.1f}) over {episodes} "
+          f"episode{'s' if episodes != 1 else ''}, "
           f"mean length {result['length_mean']:.0f}")
     if video is not None:
         print(f"video: {video}")
@@ -478,7 +496,43 @@ def export(
     print(f"wrote {path}")
 
 
+def _check_flags_known(args: list[str], commands: dict) -> None:
+    """A mistyped option fails in one line naming the closest flags (tyro's own panel ranks them by
+    another measure and lists a screenful)."""
+    if not args or args[0] not in commands:
+        return
+    known = known_flags(commands[args[0]])
+    message = unknown_flag_message(args[1:], known, args[0]) if known else None
+    if message:
+        _fail(message)
+
+
+@contextlib.contextmanager
+def _one_line_warnings():
+    """dmpo's own warnings (a checkpoint moved aside, a missing plot column) as `dmpo: warning: ...`
+    lines, like the CLI's other warnings, instead of Python's two-line form with a source line."""
+    package = str(Path(__file__).resolve().parents[1])
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if str(filename).startswith(package):
+            print(f"dmpo: warning: {message}", file=file or sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 def main(argv: list[str] | None = None) -> None:
+    with _one_line_warnings():
+        _run_command(argv)
+
+
+def _run_command(argv: list[str] | None) -> None:
     # dm_control probes GLFW on import and warns on headless machines even when nothing renders.
     warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
     args = list(sys.argv[1:] if argv is None else argv)
@@ -498,10 +552,12 @@ def main(argv: list[str] | None = None) -> None:
             train_command = functools.partial(train, config=TrainConfig(agent=AGENT_PRESETS[preset]()))
         else:
             train_command = train
+        commands = {"train": train_command, "eval": evaluate, "plot": plot, "export": export,
+                    "check-env": check_env}
+        _check_flags_known(args, commands)
         with parsing_flags():  # a bad value is reported below, naming its flag, not in tyro's panel
             tyro.extras.subcommand_cli_from_dict(
-                {"train": train_command, "eval": evaluate, "plot": plot, "export": export,
-                 "check-env": check_env},
+                commands,
                 args=args,
                 description="Distributional MPO (DMPO) for continuous control.",
             )

@@ -56,7 +56,7 @@ from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory
 from dmpo.callbacks import Callback
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.actor import make_actor_node
-from dmpo.distributed.common import NodeSettings, call_quietly, first_line, get_quietly, kill
+from dmpo.distributed.common import NodeSettings, call_quietly, get_quietly, kill
 from dmpo.distributed.counter_service import RemoteCounterService
 from dmpo.distributed.driver_events import DriverEvents
 from dmpo.distributed.evaluations import EvaluationRows

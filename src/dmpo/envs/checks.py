@@ -1,4 +1,4 @@
-"""Saying at once what DMPO cannot learn from an environment (issue 25).
+"""Saying at once what DMPO cannot learn from an environment.
 
 * `CheckedEnvironment` (innermost in the pipeline of every `gym:` and entry-point task): every
   observation must match its spec's shape and dtype kind, and every reward and observation must be

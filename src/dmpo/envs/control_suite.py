@@ -37,6 +37,13 @@ def parse_task_name(name: str) -> tuple[str, str]:
     """Splits "<domain>-<task>" on the first '-' and checks the pair exists in the suite."""
     domain, sep, task = name.partition("-")
     if not sep or (domain, task) not in _suite().ALL_TASKS:
+        from dmpo.utils.spelling import closest
+
+        near = closest(name, task_names())
+        if near:  # the likely typo, rather than all of the suite's tasks
+            raise EnvError(f"unknown dm_control task {name!r}; did you mean "
+                           f"{' or '.join('dmc:' + task for task in near)}? (dmpo.envs.available_tasks() "
+                           "lists them all)")
         raise EnvError(
             f"unknown dm_control task {name!r}; expected 'dmc:<domain>-<task>' with one of: "
             + ", ".join(task_names())

@@ -1,4 +1,4 @@
-"""Environments from the user's own code: entry points and Python callables (issue 25).
+"""Environments from the user's own code: entry points and Python callables.
 
 Names `make` accepts besides `dmc:`/`gym:<Id>`:
 

@@ -66,6 +66,21 @@ def _add_pixels(environment: dm_env.Environment, frame_stack: int, image_size: i
     return pixel_wrappers.FrameStackWrapper(environment, frame_stack)
 
 
+def _unknown_name(name: str) -> EnvError:
+    """The error for a name of no known family, with the family it likely meant."""
+    from dmpo.utils.spelling import closest
+
+    prefix, sep, task = name.partition(":")
+    near = closest(prefix.lower(), _PREFIXES, limit=1) if sep and task else []
+    if near:  # `dmcc:cartpole-swingup`, `Gym:Pendulum-v1`: the family's prefix mistyped
+        return EnvError(f"unknown environment name {name!r}: did you mean {near[0]}:{task}?")
+    return EnvError(
+        f"unknown environment name {name!r}: expected 'dmc:<domain>-<task>' (e.g. {DEFAULT_TASK}; "
+        "see dmpo.envs.available_tasks()), 'gym:<Id>' (e.g. gym:Pendulum-v1), 'gym:<module>:<Id>' "
+        "or an entry point 'module.path:callable' (callable(seed) -> gymnasium.Env or dm_env)"
+    )
+
+
 def make(name: str, *, seed: int | None = None, action_repeat: int | None = None, pixels: bool = False,
          frame_stack: int = 3, image_size: int = 84, camera_id: int = 0,
          render: bool = False, search_path: str | None = None) -> dm_env.Environment:
@@ -102,11 +117,7 @@ def make(name: str, *, seed: int | None = None, action_repeat: int | None = None
         raise entry_points.not_importable_error(name)
     user_code = entry_points.is_entry_point(name)
     if not user_code and (not sep or prefix not in _PREFIXES or not task):
-        raise EnvError(
-            f"unknown environment name {name!r}: expected 'dmc:<domain>-<task>' (e.g. {DEFAULT_TASK}; "
-            "see dmpo.envs.available_tasks()), 'gym:<Id>' (e.g. gym:Pendulum-v1), 'gym:<module>:<Id>' "
-            "or an entry point 'module.path:callable' (callable(seed) -> gymnasium.Env or dm_env)"
-        )
+        raise _unknown_name(name)
     seed = _check_seed(seed)
     if not isinstance(pixels, bool):
         raise EnvError(f"pixels must be a bool, got {pixels!r}")

@@ -1,4 +1,4 @@
-"""A warning, once per run, when the task's returns leave the critic's support (issue 25).
+"""A warning, once per run, when the task's returns leave the critic's support.
 
 The learner logs `critic/edge_mass` (share of the projected TD target on the two edge atoms) and
 `critic/outside_mass` (share of the unprojected target outside `[vmin, vmax]`, which the projection
@@ -21,8 +21,7 @@ _log = logging.getLogger("dmpo")
 
 
 class SupportMonitor:
-    """Watches logged learner rows; warns once (stderr, and the `dmpo` Python logger when the program
-    has configured logging)."""
+    """Watches logged learner rows; warns once, in one line (see `_warn`)."""
 
     def __init__(self, vmin: float, vmax: float, threshold: float = THRESHOLD, rows: int = ROWS) -> None:
         self.vmin, self.vmax = float(vmin), float(vmax)
@@ -41,6 +40,27 @@ class SupportMonitor:
                 f"returns exceed the critic's support [{self.vmin:g}, {self.vmax:g}]: "
                 f"{100 * value:.0f}% of the TD target's mass fell outside it in {self.rows} logged learner "
                 "rows in a row (critic/outside_mass); set --agent.networks.vmin/vmax (or auto)")
-            print(f"dmpo: warning: {self.warning}", file=sys.stderr, flush=True)
-            if _log.hasHandlers():  # without a handler `logging` would print it to stderr a second time
-                _log.warning(self.warning)
+            _warn(self.warning)
+
+
+def _handlers(logger: logging.Logger) -> list[logging.Handler]:
+    """The handlers a record of `logger` reaches (its own and its ancestors', while it propagates)."""
+    found: list[logging.Handler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        found.extend(current.handlers)
+        current = current.parent if current.propagate else None
+    return found
+
+
+def _warn(message: str) -> None:
+    """Says `message` once on the terminal: through the `dmpo` logger when the program has a console
+    handler for it (Ray's workers, a user's `logging.basicConfig`), else as `dmpo: warning:` on stderr
+    and, when the program logs to files only, to those files too."""
+    handlers = _handlers(_log)
+    consoles = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    to_console = any(getattr(handler, "stream", None) in consoles for handler in handlers)
+    if not to_console:
+        print(f"dmpo: warning: {message}", file=sys.stderr, flush=True)
+    if handlers:  # without one, logging's last resort would print it to stderr a second time
+        _log.warning(message)

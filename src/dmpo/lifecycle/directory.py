@@ -6,7 +6,7 @@ Layout of a run directory (spec §9, rooted at `./runs/<run-id>` instead of `~/a
     run.json        command line, start time, dmpo version, seed, status, resume history
     logs/<label>/logs.csv      CSV loggers        tb/<label>/      TensorBoard event files
     checkpoints/    learner / counter checkpoints  snapshots/       inference artifacts
-    videos/         evaluation videos
+    videos/         evaluation videos (made when the first one is written)
 
 Every JSON file is written atomically (temporary file in the same folder + `os.replace`), so a crash
 never leaves a half-written file behind (`dmpo.utils.files`).
@@ -47,7 +47,7 @@ __all__ = [
 T = TypeVar("T")
 Status = Literal["starting", "running", "finished", "failed", "interrupted"]  # dmpo.lifecycle.status
 _STATUSES = typing.get_args(Status)
-_SUBDIRS = ("logs", "tb", "checkpoints", "snapshots", "videos")
+_SUBDIRS = ("logs", "tb", "checkpoints", "snapshots")  # videos/: made by the first video written
 
 # ------------------------------------------------------------------------------------------ atomic writes
 

@@ -1,4 +1,4 @@
-"""What both trainers do with the task before anything else is built (issue 25).
+"""What both trainers do with the task before anything else is built.
 
 `prepare_task(config, env_factory)`:
 

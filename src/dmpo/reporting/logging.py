@@ -249,9 +249,9 @@ def purge_tensorboard(logdir: str | os.PathLike[str], last_step: int) -> bool:
     (tensorboardX's `SummaryWriter(purge_step=...)`). Nothing is rewritten. Returns whether a marker
     was written (not for a folder without event files).
 
-    Measured with TensorBoard 2.21's EventAccumulator (BENCHMARKS.md, "TensorBoard on resume"): no
-    step shows twice after such a marker; readers that skip TensorBoard's purge semantics (tbparse)
-    still list the killed run's events too."""
+    Measured with TensorBoard 2.21's EventAccumulator (docs/results/reliability.md, "TensorBoard on
+    resume"): no step shows twice after such a marker; readers that skip TensorBoard's purge semantics
+    (tbparse) still list the killed run's events too."""
     from tensorboardX import SummaryWriter
 
     logdir = Path(logdir)

@@ -166,11 +166,14 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: json.dumps(data)}
 
 
-def _show(encoded: str | None) -> str:
-    """A flattened (JSON-encoded) config value for a legend: strings unquoted, missing as '-'."""
+def _show(encoded: str | None, rounded: bool = True) -> str:
+    """A flattened (JSON-encoded) config value for a legend: strings unquoted, missing as '-', floats
+    to 4 significant digits when `rounded` (`vmax=162.3`, not `vmax=162.32634255290017`)."""
     if encoded is None:
         return "-"
     value = json.loads(encoded)
+    if isinstance(value, float) and rounded:
+        return format(value, ".4g")
     return value if isinstance(value, str) else encoded
 
 
@@ -199,15 +202,18 @@ def _default_groups(runs: Sequence[Path]) -> dict[str, list[Path]]:
         settings[key] = flat
     differing = sorted({name for a in settings.values() for b in settings.values()
                         for name in set(a) | set(b) if a.get(name) != b.get(name)})
+    def label(key: str, rounded: bool) -> str:
+        short = _short_names(differing)
+        return ", ".join(f"{short[name]}={_show(settings[key].get(name), rounded)}" for name in differing)
+
     labels = {}
     for key, members in keyed.items():
         if key not in settings:
             labels[key] = members[0].name
-        elif differing:
-            short = _short_names(differing)
-            labels[key] = ", ".join(f"{short[name]}={_show(settings[key].get(name))}" for name in differing)
         else:
-            labels[key] = "all runs"
+            labels[key] = label(key, rounded=True) if differing else "all runs"
+    if len(set(labels.values())) < len(labels):  # values that differ only past the rounding: in full
+        labels = {key: label(key, rounded=False) if key in settings else name for key, name in labels.items()}
     return {labels[key]: members for key, members in keyed.items()}
 
 

@@ -1,14 +1,18 @@
 """What training shows on the terminal: one live status line, with evaluation results printed above it.
 
-The status line (`status_line(width)`) always shows the environment steps of the total and the ETA;
-episode return, evaluation return, learner updates per second and episodes follow in that order, and
-are dropped from the right when the terminal is too narrow for them. It is drawn with `rich.live`
-(which also keeps anything else printed meanwhile above the line) only on an interactive terminal.
+The status line (`status_line(width)`) always shows the environment steps of the total and, once learning
+has started and a rate is known, the ETA; episode return, evaluation return, learner updates per second
+and episodes follow in that order, and are dropped from the right when the terminal is too narrow for
+them. The ETA is measured from the first learner update on: the steps before it (filling replay, no
+updates) run several times faster and would promise too early an end. At narrow widths the numbers are
+abbreviated (`24k/100k`) so that no line wraps, down to 40 columns. It is drawn with `rich.live` (which
+also keeps anything else printed meanwhile above the line) only on an interactive terminal.
 
-Evaluation results are one short line each (`eval @ 40,000: 812.3 ± 11.2 over 5 episodes`), printed
-above the live line on a terminal and as plain lines when output goes to a file or a pipe. Off a
-terminal the status line is also printed as a plain line at every tenth of the budget, so that a
-log file shows how far a run got; the full metric rows stay in the CSV and TensorBoard logs.
+Evaluation results are one short line each (`eval @ 40,000: 812.3 ± 11.2 over 5 episodes`, shorter forms
+on a narrow terminal), printed above the live line on a terminal and as plain lines when output goes to a
+file or a pipe. Off a terminal the status line is also printed as a plain line at every tenth of the
+budget, so that a log file shows how far a run got; the full metric rows stay in the CSV and TensorBoard
+logs.
 """
 
 from __future__ import annotations
@@ -44,13 +48,30 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def format_evaluation(env_steps: int | None, returns: list[float]) -> str:
-    """`eval @ 40,000: 812.3 ± 11.2 over 5 episodes` (population std of the episode returns)."""
+def _short(number: int) -> str:
+    """`24,000` → `24k`, `1,500,000` → `1.5M`: a count in at most 5 characters."""
+    for size, unit in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if number >= size:
+            value = number / size
+            text = f"{value:.1f}" if value < 10 and number % size else f"{value:.0f}"
+            return text.removesuffix(".0") + unit
+    return str(number)
+
+
+def format_evaluation(env_steps: int | None, returns: list[float], width: int | None = None) -> str:
+    """`eval @ 40,000: 812.3 ± 11.2 over 5 episodes` (population std of the episode returns); with a
+    `width`, the longest of ever shorter forms that fits it (`eval @ 40k: 812.3 ± 11.2 (5 ep)`)."""
     count = len(returns)
     mean = sum(returns) / count
     std = (sum((r - mean) ** 2 for r in returns) / count) ** 0.5
-    where = f" @ {env_steps:,}" if env_steps is not None else ""
-    return f"eval{where}: {mean:.1f} ± {std:.1f} over {count} episode{'s' if count != 1 else ''}"
+    where, short = (f" @ {env_steps:,}", f" @ {_short(env_steps)}") if env_steps is not None else ("", "")
+    score = f"{mean:.1f} ± {std:.1f}"
+    forms = [f"eval{where}: {score} over {count} episode{'s' if count != 1 else ''}",
+             f"eval{where}: {score} ({count} ep)",
+             f"eval{short}: {score} ({count} ep)",
+             f"eval{short}: {score}",
+             f"eval{short}: {mean:.1f}"]
+    return next((form for form in forms if width is None or len(form) <= width), forms[-1])
 
 
 class Progress:
@@ -96,7 +117,8 @@ class Progress:
         self._eval_return: float | None = None
         self._returns: collections.deque[float] = collections.deque(maxlen=_RETURN_WINDOW)
         self._learner_history: collections.deque[tuple[float, int]] = collections.deque()
-        self._start: tuple[float, int] | None = None  # (time, env steps) of the first update
+        self._start: tuple[float, int] | None = None  # (time, env steps) when learning was first seen
+        self._learning_reported = False  # whether any update gave learner steps
         self._next_plain_report = 0
         self._live: Any = None
 
@@ -142,9 +164,13 @@ class Progress:
     def _record(self, env_steps: int | None, episodes: int | None, last_return: float | None,
                 learner_steps: int | None) -> None:
         now = self._clock()
+        if learner_steps is not None:
+            self._learning_reported = True
         if env_steps is not None:
             self._env_steps = int(env_steps)
-            if self._start is None:
+            # The ETA's clock starts with learning (or at once for a caller that reports no updates).
+            learning = bool(learner_steps) or not self._learning_reported
+            if self._start is None and learning:
                 self._start = (now, self._env_steps)
         if episodes is not None:
             self._episodes = int(episodes)
@@ -164,7 +190,8 @@ class Progress:
         with self._lock:
             self._eval_return = sum(returns) / len(returns)
         if self.enabled:
-            self.print(format_evaluation(env_steps, returns))
+            width = self._live.console.width if self._live is not None else None
+            self.print(format_evaluation(env_steps, returns, width))
 
     def print(self, line: str) -> None:
         """A line above the live status line (or a plain line off a terminal)."""
@@ -192,11 +219,12 @@ class Progress:
         return (s1 - s0) / (t1 - t0) if t1 > t0 else None
 
     def eta_seconds(self) -> float | None:
-        """Seconds to `total_steps` at the env-step rate seen since the first update (None: unknown)."""
+        """Seconds to `total_steps` at the env-step rate seen since learning started (None: unknown, as
+        before the first learner update and until some env steps have passed since)."""
+        if self.total_steps is not None and self._env_steps >= self.total_steps:
+            return 0.0
         if self.total_steps is None or self._start is None:
             return None
-        if self._env_steps >= self.total_steps:
-            return 0.0
         t0, s0 = self._start
         elapsed, done = self._clock() - t0, self._env_steps - s0
         if done <= 0 or elapsed <= 0:
@@ -221,14 +249,20 @@ class Progress:
         with self._lock:
             return self._fit(width)
 
-    def _fit(self, width: int) -> str:
-        stats = self.summary()
+    def _head(self, short: bool) -> str:
+        """Steps of the budget, and the ETA once it is known: `24,000/100,000 steps 24% ETA 0:08:51`."""
+        count = _short if short else (lambda number: f"{number:,}")
         if self.total_steps is not None:
             percent = min(100, 100 * self._env_steps // self.total_steps)
-            steps = f"{self._env_steps:,}/{self.total_steps:,} steps {percent}%"
+            steps = f"{count(self._env_steps)}/{count(self.total_steps)} steps {percent}%"
         else:
-            steps = f"{self._env_steps:,} steps"
-        head = f"{self._description} {steps} ETA {_duration(self.eta_seconds())}"
+            steps = f"{count(self._env_steps)} steps"
+        eta = self.eta_seconds()
+        return steps if eta is None else f"{steps} ETA {_duration(eta)}"
+
+    def _fit(self, width: int) -> str:
+        stats = self.summary()
+        head = f"{self._description} {self._head(short=False)}"
         optional = []
         if stats["last_return"] is not None:
             optional.append(f"return {stats['last_return']:.1f} (mean{len(self._returns)} "
@@ -243,6 +277,8 @@ class Progress:
             if len(line) + 3 + len(part) > width:
                 break
             line = f"{line} | {part}"
-        if len(line) > width:  # narrower than steps and ETA: the description goes first
+        if len(line) > width:  # narrower than steps and ETA: the description goes first, then digits
             line = line.removeprefix(f"{self._description} ")
+        if len(line) > width:
+            line = self._head(short=True)
         return line
