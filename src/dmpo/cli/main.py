@@ -41,6 +41,7 @@ def train(
     actor_resources: str | None = None,
     learner_resources: str | None = None,
     replay_resources: str | None = None,
+    stop_timeout: float | None = None,
 ) -> None:
     """Train DMPO (single process, or on Ray with --actors N).
 
@@ -61,6 +62,9 @@ def train(
         '{"worker": 1}' to place them on nodes started with `ray start --resources '{"worker": 8}'`.
       learner_resources: Ray resources the learner asks for (JSON), e.g. '{"learner_node": 1}'.
       replay_resources: Ray resources the replay node asks for (JSON).
+      stop_timeout: seconds a stop of --actors waits, in all, for the learner's final checkpoint, the
+        actors and the evaluator (default 20); keep it below the grace period of your scheduler
+        (SLURM: 30 s between SIGTERM and SIGKILL).
     """
     import contextlib
 
@@ -68,7 +72,7 @@ def train(
     from dmpo.lifecycle.directory import check_run_path
     from dmpo.lifecycle.interrupts import exit_code, message
     from dmpo.lifecycle.lock import RunLockedError, run_lock
-    from dmpo.reporting.trackers import check_installed
+    from dmpo.reporting.trackers import TrackerError, check_installed
 
     flags_parsed()
     del preset  # `main` has already built the config from it, so that flags apply on top
@@ -77,8 +81,15 @@ def train(
     if any(resources.values()) and not config.actors:
         _fail("--actor-resources, --learner-resources and --replay-resources place Ray nodes; they need "
               "--actors N (N >= 1)")
+    if stop_timeout is not None and not config.actors:
+        _fail("--stop-timeout bounds the stop of the Ray nodes; it needs --actors N (N >= 1) (one process "
+              "writes its final checkpoint itself, however long it takes)")
+    if stop_timeout is not None and not stop_timeout > 0:
+        _fail(f"--stop-timeout must be a number of seconds > 0, got {stop_timeout}")
     # A malformed JSON flag fails before anything starts (without the flags, Ray is not imported here).
     placement = _parse_resources(resources) if any(resources.values()) else None
+    if stop_timeout is not None:
+        placement = {**(placement or {}), "stop_timeout_seconds": float(stop_timeout)}
     try:
         check_installed(config.track)  # a missing tracker package: one line, before anything starts
     except ConfigError as error:
@@ -99,9 +110,14 @@ def train(
                              ray_address=ray_address, resources=placement)
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the checkpoint is written already
         print(f"dmpo: {message(error)}", file=sys.stderr)
-        raise SystemExit(exit_code(error)) from None
+        done = SystemExit(exit_code(error))
+        done.interrupted = True  # type: ignore[attr-defined] - `dmpo.cli.main` exits at once on it
+        raise done from None
     except RunLockedError as error:
         _fail(str(error))
+    except TrackerError as error:  # the run folder says "failed" with the same line
+        print(f"dmpo: error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     except OSError as error:  # a file-system problem (permissions, full disk): the message names the path
         _fail(str(error))
     last = summary.get("last_eval") or {}
@@ -276,6 +292,7 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
         _fail("--actors needs Ray, which is not installed; install it with: "
               "pip install 'dmpo[distributed]'")
     from dmpo.distributed import NodeFailure, ProgramOptions, run_distributed
+    from dmpo.distributed.cluster import ClusterError
     from dmpo.envs import EnvError
     from dmpo.lifecycle.directory import RunDirectory, new_run_path
     from dmpo.lifecycle.task_setup import prepare_task
@@ -297,6 +314,9 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
                                  options=ProgramOptions(**(resources or {})))
     except (FileNotFoundError, CheckpointError) as error:
         _fail(str(error))
+    except (ClusterError, EnvError) as error:  # at start-up: run.json says "failed" with the same line
+        print(f"dmpo: error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     except NodeFailure as error:
         print(f"dmpo: error: {error}", file=sys.stderr)
         print(f"dmpo: continue with: dmpo train --resume {run_dir}", file=sys.stderr)

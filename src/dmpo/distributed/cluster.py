@@ -114,7 +114,8 @@ def start_local_cluster(num_cpus: int | None = None, *,
     # folders world-writable (0777) on purpose, for clusters shared by several users.
     temp_root = tempfile.mkdtemp(prefix="dmpo-ray-")  # 0700
     try:
-        with ray_internals.local_only_binding():
+        with (ray_internals.local_only_binding(), ray_internals.own_process_groups(),
+              ray_internals.keep_signal_handlers()):
             context = ray.init(
                 # "local": always a new cluster. With None, Ray joins the cluster named in
                 # /tmp/ray/ray_current_cluster (any `ray start` on the machine, by any user).
@@ -148,6 +149,33 @@ def _joined(owned: bool = False) -> ClusterInfo:
                        num_gpus=float(ray.cluster_resources().get("GPU", 0.0)))
 
 
+class ClusterError(RuntimeError):
+    """The Ray cluster at the address given cannot be joined: one line saying why."""
+
+
+def _join(address: str) -> None:
+    """`ray.init(address)`, or `ClusterError`: at once when nothing listens there (Ray itself retries
+    for a minute), in one line when Ray refuses (e.g. the token)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host and port.isdigit() and address not in ("auto", "local"):
+        try:
+            socket.create_connection((host, int(port)), timeout=10).close()
+        except OSError as error:
+            reason = error.strerror or error
+            raise ClusterError(f"cannot reach a Ray cluster at {address} ({reason})") from None
+    try:
+        with ray_internals.keep_signal_handlers():
+            ray.init(address=address, configure_logging=False, log_to_driver=True)
+    except Exception as error:  # noqa: BLE001 - Ray raises many kinds; the first line says why
+        if ray.is_initialized():
+            ray.shutdown()
+        lines = str(error).strip().splitlines() or [""]
+        raise ClusterError(f"cannot join the Ray cluster at {address} ({type(error).__name__}: "
+                           f"{lines[0]})") from None
+
+
 @contextlib.contextmanager
 def ray_cluster(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[ClusterInfo]:
     """Run the block on a Ray cluster (see the module docstring for which one)."""
@@ -157,7 +185,7 @@ def ray_cluster(address: str | None = None, *, num_cpus: int | None = None) -> I
     if address is None:
         cluster = start_local_cluster(num_cpus)
     else:  # the cluster's own authentication applies (RAY_AUTH_MODE / a token of the user's)
-        ray.init(address=address, configure_logging=False, log_to_driver=True)
+        _join(address)
         cluster = dataclasses.replace(_joined(), owned=False)
     try:
         yield cluster
