@@ -70,6 +70,8 @@ class _Guard:
         self.raised = False
         self.starting = False  # inside `starting_up()`, before `training_started()`
         self.critical_depth = 0
+        self.in_hook = False  # inside `redeliver`
+        self.resending = False  # `redeliver` sent a swallowed interrupt again
         self.abandon: list[Callable[[], None]] = []
 
     def deferring(self) -> bool:
@@ -77,6 +79,16 @@ class _Guard:
 
     def __call__(self, signum: int, frame: object) -> None:
         del frame
+        if self.resending:  # the interrupt a garbage-collector callback swallowed, sent again
+            if self.in_hook:
+                self._resend(signum)
+                return
+            self.resending = False
+            self.signals += 1
+            if self.deferring():
+                self.pending = signum
+                return
+            self.raise_now(signum)
         self.signals += 1
         if self.raised or self.pending is not None:
             if signum == signal.SIGINT and self.signals >= 3:
@@ -100,14 +112,26 @@ class _Guard:
             self.raise_now(self.pending)
 
     def redeliver(self, unraisable: Any) -> bool:
-        """A raised interrupt swallowed by Python (a gc callback, a `__del__`): raise it again at the
-        next bytecode of the main thread. True when it was one of ours."""
+        """A raised interrupt swallowed by Python (a gc callback, a `__del__`): sent again, by another
+        thread, so that it arrives after this hook has returned. True when it was one of ours."""
         if not isinstance(unraisable.exc_value, KeyboardInterrupt) or not self.raised:
             return False
-        self.raised = False
-        self.signals -= 1
-        signal.raise_signal(int(getattr(unraisable.exc_value, "signum", signal.SIGINT)))
+        self.in_hook = True
+        try:
+            self.raised = False
+            self.signals -= 1
+            self.resending = True
+            self._resend(int(getattr(unraisable.exc_value, "signum", signal.SIGINT)))
+        finally:
+            self.in_hook = False
         return True
+
+    def _resend(self, signum: int) -> None:
+        def send() -> None:
+            if not threading.Event().wait(0.01) and self.resending and _guard is self:
+                os.kill(os.getpid(), signum)
+
+        threading.Thread(target=send, daemon=True).start()
 
 
 _guard: _Guard | None = None
