@@ -42,6 +42,13 @@ def test_an_mlflow_file_store_that_is_not_allowed_fails_the_run_in_one_line(tmp_
     assert status == "failed"
     assert reason.startswith("TrackerError: --track mlflow: the tracker could not start")
 
+    # Once the store is allowed, the run that failed before its first checkpoint resumes from step 0.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    main(["train", "--resume", str(run), "--no-progress"])
+    assert "finished: 200 env steps" in capsys.readouterr().out
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "finished" and len(info["resumes"]) == 1, info
+
 
 def test_wandb_without_a_key_fails_the_run_in_one_line(tmp_path, capsys, monkeypatch):
     pytest.importorskip("wandb")

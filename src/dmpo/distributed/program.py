@@ -180,9 +180,7 @@ class DistributedProgram:
             return None
         if not self.run_dir.joinpath("run.json").is_file():
             raise FileNotFoundError(f"cannot resume: {self.run_dir} is not a run directory (no run.json)")
-        if latest is None:
-            raise FileNotFoundError(f"cannot resume: no checkpoint in {checkpoints}")
-        return latest
+        return latest  # None: stopped or failed before its first checkpoint, it starts from step 0
 
     def _restored_state(self) -> CheckpointState | None:
         if self._latest_checkpoint is None:
@@ -219,7 +217,8 @@ class DistributedProgram:
         use_gpu = self._use_gpu if self._use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
         self.learner = make_learner_node(
             self._settings, node_seed(self.seed, _ROLE_LEARNER), self.replay, self.counter, use_gpu=use_gpu,
-            keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay, resume=self.resume,
+            keep_checkpoints=config.keep_checkpoints, save_replay=config.save_replay,
+            resume=self._latest_checkpoint is not None,
             replay_restored=replay_path is not None, samples_in_flight=opts.samples_in_flight,
             publish_interval=opts.variable_publish_seconds, resources=opts.learner_resources)
         self._learner_ref = self.learner.run.remote(opts.max_learner_steps)
@@ -244,16 +243,19 @@ class DistributedProgram:
             self._run = RunDirectory.open(self.run_dir)
         else:
             self._run = RunDirectory.create(self.run_dir, self.config, seed=self.seed, exist_ok=True)
-        if self._latest_checkpoint is None:
+        if not self.resume:
             return None
         self._run.mark_resumed()
         from dmpo.distributed.common import NODE_LOG_STEP_KEYS
         from dmpo.reporting.logging import rewind_logs
 
-        saved = json.loads((self._latest_checkpoint / "state.json").read_text())  # rows past it: logged twice
+        saved = ({"env_steps": 0, "learner_steps": 0} if self._latest_checkpoint is None  # from step 0
+                 else json.loads((self._latest_checkpoint / "state.json").read_text()))  # later rows: twice
         for label, key in NODE_LOG_STEP_KEYS.items():
             rewind_logs(self.run_dir, label, key, int(saved["learner_steps" if key == "learner_steps"
                                                          else "env_steps"]))
+        if self._latest_checkpoint is None:
+            return None
         replay = self._latest_checkpoint / "replay.npz"
         return str(replay) if self.config.save_replay and replay.is_file() else None
 

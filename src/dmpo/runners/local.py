@@ -104,6 +104,8 @@ class LocalTrainer:
         self.learner_counter.increment(steps=0, walltime=0.0)
         self.eval_counter.increment(steps=0, episodes=0)
         resumed = (TrainingCheckpoints(run.checkpoints_dir).latest_state() if resume else None) or {}
+        if resume and not resumed:  # stopped or failed before its first checkpoint: from step 0
+            resumed = {"env_steps": 0, "learner_steps": 0}
         self.callbacks = CallbackList(RunEvents(path, config, resumed=resume),
                                       default_callbacks(config, callbacks))
         self.tracker = open_tracker(config, run)
@@ -174,8 +176,9 @@ class LocalTrainer:
 
     def _restore(self) -> None:
         latest = None if self.checkpoints is None else self.checkpoints.latest()
-        if latest is None:
-            raise FileNotFoundError(f"cannot resume: no checkpoint in {self.run_dir.checkpoints_dir}")
+        if latest is None:  # stopped or failed before its first checkpoint: it starts again from step 0
+            self.run_dir.mark_resumed()
+            return
         learner_state, saved, replay = TrainingCheckpoints.load(latest, self.agent.learner.save_state())
         state = CheckpointState.from_json(saved, where=str(latest / "state.json"))
         if state.counters is None:
