@@ -75,7 +75,8 @@ def test_single_process_path_imports_no_ray_and_actors_name_the_extra(tmp_path):
         from dmpo import DMPO, train, load_policy  # the lazy public API
         assert "ray" not in sys.modules, sorted(m for m in sys.modules if m.startswith("ray"))
         print("imports ok", flush=True)
-        dmpo.cli.main.main(["train", "--actors", "2", "--steps", "10", "--run-dir", {str(tmp_path / "run")!r}])
+        dmpo.cli.main.main(["train", "--actors", "2", "--steps", "10",
+                            "--run-dir", {str(tmp_path / "run")!r}])
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                             cwd=tmp_path)
