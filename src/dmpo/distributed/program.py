@@ -143,6 +143,7 @@ class DistributedProgram:
         self._health: HealthChecks | None = None
         self._save_ref: Any = None
         self._checkpoint_wanted = False  # a boundary passed while the previous checkpoint was written
+        self._last_periodic_save: str | None = None
         self._last_save_time = 0.0
         self.evaluations = 0
         self._last_eval_step: int | None = None
@@ -472,8 +473,8 @@ class DistributedProgram:
         and `reason` go to run.json; a learner whose final checkpoint fails makes it "failed"."""
         deadline = time.monotonic() + self.options.stop_timeout_seconds
 
-        def left() -> float:
-            return max(deadline - time.monotonic(), 0.5)
+        def left() -> float:  # past the deadline: only what has already answered is collected
+            return max(deadline - time.monotonic(), 0.0)
 
         if status == "finished":  # before the learner records how many rounds were asked for
             self._queue_final_evaluation(left())
@@ -484,6 +485,7 @@ class DistributedProgram:
         for handle in self.actor_handles:  # the actors flush their writers and push their counts
             call_quietly(handle, "stop")
         self._finish_evaluations(status)
+        status, reason = self._wait_for_learner(status, reason, left)  # the one that matters most
         for ref in self._actor_refs:
             result = get_quietly(ref, left())
             if result is not None:
@@ -491,7 +493,7 @@ class DistributedProgram:
         if self._evaluator_ref is not None:
             self._evaluator_returns.extend(get_quietly(self._evaluator_ref, left()) or [])
             self._rows.drain(left())
-        status, reason = self._stop_learner(status, reason, left)
+        self.events.finish(status, self._save_ref, self._last_periodic_save)
         counts = get_quietly(self.counter.get_counts.remote(), left()) if self.counter else None
         replay_stats = get_quietly(self.replay.stats.remote(), left()) if self.replay else None
         frames = get_quietly(self.replay.frame_stats.remote(), left()) if self.replay else None
@@ -539,14 +541,11 @@ class DistributedProgram:
         except Exception:  # the node is already gone
             pass
 
-    def _stop_learner(self, status: str, reason: str | None,
-                      left: Any) -> tuple[str, str | None]:
+    def _wait_for_learner(self, status: str, reason: str | None,
+                          left: Any) -> tuple[str, str | None]:
         """Waits (until the deadline) for the final snapshot and checkpoint; a failed checkpoint makes
         the run "failed", one still unwritten at the deadline is said in the reason."""
-        saved = get_quietly(self._save_ref, left())
-        self.events.finish(status, self._save_ref, saved)
-        get_quietly(self._snapshot_ref, left())
-        self._snapshot_ref = None
+        self._last_periodic_save = get_quietly(self._save_ref, left())  # the final one waits for it
         if self._learner_result is None and self._learner_ref is not None:
             try:
                 self._learner_result = ray.get(self._learner_ref, timeout=left())
@@ -556,4 +555,6 @@ class DistributedProgram:
             except Exception as error:  # e.g. its final save hit a full disk: no final checkpoint
                 if status != "failed":
                     status, reason = "failed", f"the learner's final checkpoint failed: {first_line(error)}"
+        get_quietly(self._snapshot_ref, left())
+        self._snapshot_ref = None
         return status, reason
