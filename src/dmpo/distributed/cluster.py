@@ -190,8 +190,12 @@ def ray_cluster(address: str | None = None, *, num_cpus: int | None = None) -> I
     try:
         yield cluster
     finally:
-        # A joined cluster is left running; either way this process disconnects.
-        if cluster.owned:
-            stop_local_cluster()
-        else:
-            ray.shutdown(wait_for_processes=False)
+        from dmpo.lifecycle.interrupts import critical
+
+        # A joined cluster is left running; either way this process disconnects. A signal waits for
+        # it: a shutdown cut in half leaves Ray's processes behind.
+        with critical():
+            if cluster.owned:
+                stop_local_cluster()
+            else:
+                ray.shutdown(wait_for_processes=False)

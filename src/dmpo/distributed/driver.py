@@ -75,6 +75,7 @@ def run_distributed(
     # started (dmpo.lifecycle.interrupts). The private cluster is shut down on every way out.
     abandoned = functools.partial(_set_status, Path(run_dir), "interrupted",
                                   "exited at once on a third Ctrl-C")
+    program: DistributedProgram | None = None
     with run_lock(run_dir), interrupt_on_signals(), when_abandoned(abandoned), starting_up():
         try:
             program = DistributedProgram(config, run_dir=run_dir, options=options, env_factory=env_factory,
@@ -84,10 +85,14 @@ def run_distributed(
                     stack.enter_context(ray_cluster(ray_address, num_cpus=num_cpus))
                 stack.enter_context(interrupt_on_signals())  # Ray installs its own handler
                 return _drive(program, progress, on_poll)
+        except KeyboardInterrupt as error:
+            if program is not None and getattr(error, "run_dir", None) is None:  # while Ray shut down
+                _set_status(Path(run_dir), "interrupted", None)
+                annotate(error, int(program.counts.get("actor_steps", 0)), run_dir)
+            raise
         except BaseException as error:  # before the program started: the run says why (see _drive)
-            if not isinstance(error, KeyboardInterrupt):
-                _set_status(Path(run_dir), "failed", f"{type(error).__name__}: {error}".splitlines()[0],
-                            only_if="running")
+            _set_status(Path(run_dir), "failed", f"{type(error).__name__}: {error}".splitlines()[0],
+                        only_if="running")
             raise
 
 
