@@ -92,19 +92,19 @@ def run_distributed(
             raise
         except BaseException as error:  # before the program started: the run says why (see _drive)
             _set_status(Path(run_dir), "failed", f"{type(error).__name__}: {error}".splitlines()[0],
-                        only_if="running")
+                        only_if=("starting", "running"))
             raise
 
 
-def _set_status(run_dir: Path, status: str, reason: str | None, only_if: str | None = None) -> None:
-    """run.json's status, where there is a run.json (and its status is `only_if`, when given)."""
+def _set_status(run_dir: Path, status: str, reason: str | None, only_if: tuple[str, ...] = ()) -> None:
+    """run.json's status, where there is a run.json (and its status is one of `only_if`, if given)."""
     from dmpo.lifecycle.directory import RunDirectory
 
     if not run_dir.joinpath("run.json").is_file():
         return
     run = RunDirectory(run_dir)
     with contextlib.suppress(OSError, ValueError):
-        if only_if is None or run.info().get("status") == only_if:
+        if not only_if or run.info().get("status") in only_if:
             run.set_status(status, reason=reason)  # type: ignore[arg-type]
 
 
