@@ -1,2 +1,3 @@
-"""The `dmpo` command: `dmpo.cli.main` (the subcommands and their entry point `main`) and
-`dmpo.cli.flags` (what the command says about its flags). `python -m dmpo.cli` runs it too."""
+"""The `dmpo` command: `dmpo.cli.entry` (the executable's entry point, under the run's signal
+handling), `dmpo.cli.main` (the subcommands) and `dmpo.cli.flags` (what the command says about its
+flags). `python -m dmpo.cli` runs it too."""

@@ -1,6 +1,5 @@
 """`python -m dmpo.cli ...` runs the `dmpo` command."""
 
-
-from dmpo.cli.main import main
+from dmpo.cli.entry import main
 
 main()

@@ -49,6 +49,7 @@ def train(
     learner_resources: str | None = None,
     replay_resources: str | None = None,
     keep_ray_logs: bool = False,
+    stop_timeout: float | None = None,
 ) -> None:
     """Train DMPO (single process, or on Ray with --actors N).
 
@@ -71,12 +72,15 @@ def train(
       replay_resources: Ray resources the replay node asks for (JSON).
       keep_ray_logs: with --actors on a private cluster: keep its session files (Ray's logs, in a
         `dmpo-ray-*` folder of the system temp folder) after the run instead of removing them.
+      stop_timeout: seconds a stop of --actors waits, in all, for the learner's final checkpoint, the
+        actors and the evaluator (default 20); keep it below the grace period of your scheduler
+        (SLURM: 30 s between SIGTERM and SIGKILL).
     """
     from dmpo.config import flags_parsed
     from dmpo.lifecycle.directory import check_run_path
     from dmpo.lifecycle.interrupts import exit_code, message
     from dmpo.lifecycle.lock import RunLockedError, run_lock
-    from dmpo.reporting.trackers import check_installed
+    from dmpo.reporting.trackers import TrackerError, check_installed
 
     flags_parsed()
     del preset  # `main` has already built the config from it, so that flags apply on top
@@ -89,8 +93,15 @@ def train(
         _fail("--keep-ray-logs keeps the files of the private Ray cluster that --actors N starts; "
               + ("it needs --actors N (N >= 1)" if not config.actors else
                  "with --ray-address the cluster's files are where its `ray start` put them"))
+    if stop_timeout is not None and not config.actors:
+        _fail("--stop-timeout bounds the stop of the Ray nodes; it needs --actors N (N >= 1) (one process "
+              "writes its final checkpoint itself, however long it takes)")
+    if stop_timeout is not None and not stop_timeout > 0:
+        _fail(f"--stop-timeout must be a number of seconds > 0, got {stop_timeout}")
     # A malformed JSON flag fails before anything starts (without the flags, Ray is not imported here).
     placement = _parse_resources(resources) if any(resources.values()) else None
+    if stop_timeout is not None:
+        placement = {**(placement or {}), "stop_timeout_seconds": float(stop_timeout)}
     try:
         check_installed(config.track)  # a missing tracker package: one line, before anything starts
     except ConfigError as error:
@@ -111,9 +122,14 @@ def train(
                              ray_address=ray_address, resources=placement, keep_ray_logs=keep_ray_logs)
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the checkpoint is written already
         print(f"dmpo: {message(error)}", file=sys.stderr)
-        raise SystemExit(exit_code(error)) from None
+        done = SystemExit(exit_code(error))
+        done.interrupted = True  # type: ignore[attr-defined] - `dmpo.cli.main` exits at once on it
+        raise done from None
     except RunLockedError as error:
         _fail(str(error))
+    except TrackerError as error:  # the run folder says "failed" with the same line
+        print(f"dmpo: error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     except OSError as error:  # a file-system problem (permissions, full disk): the message names the path
         _fail(str(error))
     last = summary.get("last_eval") or {}
@@ -268,6 +284,7 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
         _fail("--actors needs Ray, which is not installed; install it with: "
               "pip install 'dmpo[distributed]'")
     from dmpo.distributed import NodeFailure, PlacementError, ProgramOptions, run_distributed
+    from dmpo.distributed.cluster import ClusterError
     from dmpo.envs import EnvError
     from dmpo.lifecycle.directory import RunDirectory, new_run_path
     from dmpo.lifecycle.task_setup import prepare_task
@@ -291,6 +308,9 @@ def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: boo
         _fail(str(error))
     except EnvError as error:  # an environment that failed the same way twice: as in one process
         _fail(str(error))
+    except ClusterError as error:  # at start-up: run.json says "failed" with the same line
+        print(f"dmpo: error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     except NodeFailure as error:
         print(f"dmpo: error: {error}", file=sys.stderr)
         print(f"dmpo: continue with: dmpo train --resume {run_dir}", file=sys.stderr)

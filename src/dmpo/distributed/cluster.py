@@ -129,7 +129,8 @@ def start_local_cluster(num_cpus: int | None = None, *,
     # Session files (logs, sockets) in a folder only this user can enter (module docstring).
     private_folder = tempfile.mkdtemp(prefix="dmpo-ray-")  # 0700
     try:
-        with ray_internals.local_only_binding():
+        with (ray_internals.local_only_binding(), ray_internals.own_process_groups(),
+              ray_internals.keep_signal_handlers()):
             context = ray.init(
                 # "local": always a new cluster. With None, Ray joins the cluster named in
                 # /tmp/ray/ray_current_cluster (any `ray start` on the machine, by any user).
@@ -160,6 +161,33 @@ def _joined(owned: bool = False) -> ClusterInfo:
                        num_gpus=float(ray.cluster_resources().get("GPU", 0.0)))
 
 
+class ClusterError(RuntimeError):
+    """The Ray cluster at the address given cannot be joined: one line saying why."""
+
+
+def _join(address: str) -> None:
+    """`ray.init(address)`, or `ClusterError`: at once when nothing listens there (Ray itself retries
+    for a minute), in one line when Ray refuses (e.g. the token)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host and port.isdigit() and address not in ("auto", "local"):
+        try:
+            socket.create_connection((host, int(port)), timeout=10).close()
+        except OSError as error:
+            reason = error.strerror or error
+            raise ClusterError(f"cannot reach a Ray cluster at {address} ({reason})") from None
+    try:
+        with ray_internals.keep_signal_handlers():
+            ray.init(address=address, configure_logging=False, log_to_driver=True)
+    except Exception as error:  # noqa: BLE001 - Ray raises many kinds; the first line says why
+        if ray.is_initialized():
+            ray.shutdown()
+        lines = str(error).strip().splitlines() or [""]
+        raise ClusterError(f"cannot join the Ray cluster at {address} ({type(error).__name__}: "
+                           f"{lines[0]})") from None
+
+
 @contextlib.contextmanager
 def ray_cluster(address: str | None = None, *, num_cpus: int | None = None,
                 keep_files: bool = False) -> Iterator[ClusterInfo]:
@@ -171,13 +199,17 @@ def ray_cluster(address: str | None = None, *, num_cpus: int | None = None,
     if address is None:
         cluster = start_local_cluster(num_cpus)
     else:  # the cluster's own authentication applies (RAY_AUTH_MODE / a token of the user's)
-        ray.init(address=address, configure_logging=False, log_to_driver=True)
+        _join(address)
         cluster = dataclasses.replace(_joined(), owned=False)
     try:
         yield cluster
     finally:
-        # A joined cluster is left running; either way this process disconnects.
-        if cluster.owned:
-            stop_local_cluster(keep_files=keep_files)
-        else:
-            ray.shutdown(wait_for_processes=False)
+        from dmpo.lifecycle.interrupts import critical
+
+        # A joined cluster is left running; either way this process disconnects. A signal waits for
+        # it: a shutdown cut in half leaves Ray's processes behind.
+        with critical():
+            if cluster.owned:
+                stop_local_cluster(keep_files=keep_files)
+            else:
+                ray.shutdown(wait_for_processes=False)

@@ -103,11 +103,11 @@ def first_line(error: BaseException) -> str:
     return text[0] if text else ""
 
 
-def call_quietly(handle: Any, method: str) -> None:
+def call_quietly(handle: Any, method: str, *args: Any) -> None:
     if handle is None:
         return
     try:
-        getattr(handle, method).remote()
+        getattr(handle, method).remote(*args)
     except Exception:  # the node is already gone
         pass
 

@@ -8,6 +8,8 @@ program — after a step limit, a node failure or Ctrl-C alike.
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +22,14 @@ from dmpo.distributed.cluster import ray_cluster
 from dmpo.distributed.options import DistributedResult, ProgramOptions
 from dmpo.distributed.program import DistributedProgram
 from dmpo.envs.registry import EnvironmentFactory
-from dmpo.lifecycle.interrupts import annotate, interrupt_on_signals
+from dmpo.lifecycle.interrupts import (
+    annotate,
+    critical,
+    interrupt_on_signals,
+    starting_up,
+    training_started,
+    when_abandoned,
+)
 from dmpo.lifecycle.lock import run_lock
 from dmpo.reporting.trackers import without_secrets
 
@@ -67,15 +76,41 @@ def run_distributed(
     """
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     # One process per run directory (dmpo.lifecycle.lock), taken before the program reads the checkpoints;
-    # SIGTERM/SIGHUP act as Ctrl-C (dmpo.lifecycle.interrupts), entered again once Ray has installed its own.
-    with run_lock(run_dir), interrupt_on_signals():
-        program = DistributedProgram(config, run_dir=run_dir, options=options, env_factory=env_factory,
-                                     network_factory=network_factory, resume=resume, callbacks=callbacks)
-        with contextlib.ExitStack() as stack:
-            with without_secrets():  # Ray's processes inherit the environment they are started from
-                stack.enter_context(ray_cluster(ray_address, num_cpus=num_cpus, keep_files=keep_ray_logs))
-            stack.enter_context(interrupt_on_signals())
-            return _drive(program, progress, on_poll)
+    # SIGTERM/SIGHUP act as Ctrl-C, and one that comes while Ray starts waits until the nodes are
+    # started (dmpo.lifecycle.interrupts). The private cluster is shut down on every way out.
+    abandoned = functools.partial(_set_status, Path(run_dir), "interrupted",
+                                  "exited at once on a third Ctrl-C")
+    program: DistributedProgram | None = None
+    with run_lock(run_dir), interrupt_on_signals(), when_abandoned(abandoned), starting_up():
+        try:
+            program = DistributedProgram(config, run_dir=run_dir, options=options, env_factory=env_factory,
+                                         network_factory=network_factory, resume=resume, callbacks=callbacks)
+            with contextlib.ExitStack() as stack:
+                with without_secrets():  # Ray's processes inherit the environment they are started from
+                    stack.enter_context(ray_cluster(ray_address, num_cpus=num_cpus, keep_files=keep_ray_logs))
+                stack.enter_context(interrupt_on_signals())  # Ray installs its own handler
+                return _drive(program, progress, on_poll)
+        except KeyboardInterrupt as error:
+            if program is not None and getattr(error, "run_dir", None) is None:  # while Ray shut down
+                _set_status(Path(run_dir), "interrupted", None)
+                annotate(error, int(program.counts.get("actor_steps", 0)), run_dir)
+            raise
+        except BaseException as error:  # before the program started: the run says why (see _drive)
+            _set_status(Path(run_dir), "failed", f"{type(error).__name__}: {error}".splitlines()[0],
+                        only_if=("starting", "running"))
+            raise
+
+
+def _set_status(run_dir: Path, status: str, reason: str | None, only_if: tuple[str, ...] = ()) -> None:
+    """run.json's status, where there is a run.json (and its status is one of `only_if`, if given)."""
+    from dmpo.lifecycle.directory import RunDirectory
+
+    if not run_dir.joinpath("run.json").is_file():
+        return
+    run = RunDirectory(run_dir)
+    with contextlib.suppress(OSError, ValueError):
+        if not only_if or run.info().get("status") in only_if:
+            run.set_status(status, reason=reason)  # type: ignore[arg-type]
 
 
 def _drive(program: DistributedProgram, progress: bool,
@@ -89,6 +124,7 @@ def _drive(program: DistributedProgram, progress: bool,
     shown = _Shown()
     try:
         program.start()
+        training_started()  # a signal that came while Ray and the nodes started stops the run here
         with bar:
             while not program.poll():
                 _show(program, bar, shown)
@@ -104,9 +140,17 @@ def _drive(program: DistributedProgram, progress: bool,
         reason = f"{type(error).__name__}: {error}".splitlines()[0]
         raise
     finally:
-        result = program.stop(status, reason)
+        try:
+            with critical():  # a signal now waits for the nodes' stop (the final checkpoint)
+                result = program.stop(status, reason)
+        except KeyboardInterrupt as late:  # it came during the stop: the run ends interrupted
+            if status == "finished":
+                _set_status(program.run_dir, "interrupted", None)
+            interrupt = late
         if interrupt is not None:
             annotate(interrupt, int(result.counts.get("actor_steps", 0)), program.run_dir)
+            if interrupt is not sys.exc_info()[1]:
+                raise interrupt
     # The final evaluation round runs while the program stops.
     _show_rounds(program, bar, shown, [value for _, value in result.evaluator_returns][shown.episodes:])
     return result

@@ -42,7 +42,9 @@ class ProgramOptions:
     """A critical node that has not answered its first health check within this is declared dead."""
     health_timeout_seconds: float = 120.0
     """A critical node that stops answering health checks for this long is declared dead."""
-    stop_timeout_seconds: float = 60.0
+    stop_timeout_seconds: float = 20.0
+    """How long a stop waits, in all, for the learner's final checkpoint, the actors and the evaluator
+    (they stop in parallel): below the grace period of a scheduler (SLURM: 30 s) or systemd (90 s)."""
     log_time_delta: float = 10.0
     """Seconds between rows of the actor and learner loggers (spec §7.2)."""
     actor_resources: dict[str, float] | None = None

@@ -31,9 +31,12 @@ Monitoring, per pass: the learner's and the replay node's health (a dead one sto
 evaluator; the counter totals for the progress line, the checkpoint and evaluation boundaries and
 the `steps` stop; a snapshot of the replay table's counters (kept in the result).
 
-Stopping: actors are asked to stop and flush their writers and counts, a finished run gets its final
-evaluation round, the learner finishes its step and writes a final checkpoint, the replay table is
-closed, every node is killed. On a cluster this call started, Ray itself is then shut down.
+Stopping fits a scheduler's grace period (SLURM waits 30 s between SIGTERM and SIGKILL): the
+learner is asked for its final checkpoint first, then, while it writes it, the actors stop (flushing
+their writers and counts) and the evaluator runs a finished run's final round; all of them share one
+deadline (`ProgramOptions.stop_timeout_seconds`, `dmpo train --stop-timeout`). Then the replay table
+is closed and every node killed. On a cluster this call started, Ray itself is then shut down. A
+periodic checkpoint that takes long delays the next one; it is never taken for a dead learner.
 
 Callbacks and an experiment tracker run in the driver (`driver_events.DriverEvents`, once per pass);
 a stop asked by a callback ends the run like the step limit, without another evaluation round.
@@ -150,6 +153,8 @@ class DistributedProgram:
         self.status: RunStatus | None = None  # dmpo.lifecycle.status, once the run directory is open
         self._health: HealthChecks | None = None
         self._save_ref: Any = None
+        self._checkpoint_wanted = False  # a boundary passed while the previous checkpoint was written
+        self._last_periodic_save: str | None = None
         self._last_save_time = 0.0
         self.evaluations = 0
         self._last_eval_step: int | None = None
@@ -340,6 +345,8 @@ class DistributedProgram:
         period = self.options.checkpoint_period_seconds
         if period is not None and time.monotonic() - self._last_save_time >= period:
             self.request_checkpoint()
+        elif self._checkpoint_wanted:  # a save came due while the previous one was still written
+            self.request_checkpoint()
 
     def _take_due(self, timeout: float | None) -> None:
         """Acts on the events the counter service collected (one `take_due` call in flight; `timeout`
@@ -370,13 +377,20 @@ class DistributedProgram:
                 self.events.checkpoint_written(path)
 
     def request_checkpoint(self) -> None:
-        """Asks the learner for a checkpoint (after the previous one is written: one at a time). None
-        is written at or past the step budget: the final checkpoint follows (`dmpo.lifecycle.schedule`)."""
+        """Asks the learner for a checkpoint, one at a time: while the previous one is still being
+        written (a large replay table, a slow disk), this one waits for a later pass; the learner's
+        health is what its health checks say, not how long a save takes. None is written at or past
+        the step budget: the final checkpoint follows (`dmpo.lifecycle.schedule`)."""
         if self._save_ref is not None:
+            ready, _ = ray.wait([self._save_ref], timeout=0)
+            if not ready:
+                self._checkpoint_wanted = True
+                return
             try:
-                ray.get(self._save_ref, timeout=self.options.stop_timeout_seconds)
+                ray.get(self._save_ref)
             except Exception as error:
                 raise NodeFailure(self._failure_message("learner", error)) from error
+        self._checkpoint_wanted = False
         self._save_ref = self.learner.save.remote(self.evaluations, before_steps=self.config.steps)
         self._last_save_time = time.monotonic()
 
@@ -522,24 +536,40 @@ class DistributedProgram:
         except Exception:
             return None
 
-    def _learner_alive(self, timeout: float) -> bool:
-        return get_quietly(self.learner.ping.remote(), timeout) is not None
-
     def elapsed(self) -> float:
         return 0.0 if self._started_at is None else time.monotonic() - self._started_at
 
     # ----------------------------------------------------------------------------------------- stop
 
     def stop(self, status: str = "finished", reason: str | None = None) -> DistributedResult:
-        """Stops every node in order (module docstring) and returns the result; safe after a failure.
-        `status` and `reason` go to run.json; a learner whose final checkpoint fails makes it "failed"."""
-        timeout = self.options.stop_timeout_seconds
-        self._stop_actors(timeout)
-        self._finish_evaluations(status, timeout)
-        status, reason = self._stop_learner(status, reason, timeout)
-        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
-        replay_stats = get_quietly(self.replay.stats.remote(), timeout) if self.replay else None
-        frames = get_quietly(self.replay.frame_stats.remote(), timeout) if self.replay else None
+        """Stops every node (module docstring) and returns the result; safe after a failure. `status`
+        and `reason` go to run.json; a learner whose final checkpoint fails makes it "failed"."""
+        deadline = time.monotonic() + self.options.stop_timeout_seconds
+
+        def left() -> float:  # past the deadline: only what has already answered is collected
+            return max(deadline - time.monotonic(), 0.0)
+
+        if status == "finished":  # before the learner records how many rounds were asked for
+            self._queue_final_evaluation(left())
+        if self.learner is not None:  # the final checkpoint starts first: it is what a signal is for
+            call_quietly(self.learner, "stop", self.evaluations)
+            self._snapshot_ref = None
+            self.save_snapshot()  # the final policy, as the local trainer writes it
+        for handle in self.actor_handles:  # the actors flush their writers and push their counts
+            call_quietly(handle, "stop")
+        self._finish_evaluations(status)
+        status, reason = self._wait_for_learner(status, reason, left)  # the one that matters most
+        for ref in self._actor_refs:
+            result = get_quietly(ref, left())
+            if result is not None:
+                self._actor_results.append(result)
+        if self._evaluator_ref is not None:
+            self._evaluator_returns.extend(get_quietly(self._evaluator_ref, left()) or [])
+            self._rows.drain(left())
+        self.events.finish(status, self._save_ref, self._last_periodic_save)
+        counts = get_quietly(self.counter.get_counts.remote(), left()) if self.counter else None
+        replay_stats = get_quietly(self.replay.stats.remote(), left()) if self.replay else None
+        frames = get_quietly(self.replay.frame_stats.remote(), left()) if self.replay else None
         call_quietly(self.replay, "close")
         for handle in [*self.actor_handles, self.evaluator, self.learner, self.replay, self.counter]:
             kill(handle)
@@ -560,51 +590,44 @@ class DistributedProgram:
             self.events.end(dataclasses.asdict(result))
         return result
 
-    def _stop_actors(self, timeout: float) -> None:
-        for handle in self.actor_handles:
-            call_quietly(handle, "stop")
-        for ref in self._actor_refs:  # the actors flush their writers and push their counts
-            result = get_quietly(ref, timeout)
-            if result is not None:
-                self._actor_results.append(result)
-
-    def _finish_evaluations(self, status: str, timeout: float) -> None:
+    def _queue_final_evaluation(self, timeout: float) -> None:
+        """A finished run's last rounds: the boundaries crossed since the last pass and the final one."""
+        if self.evaluator is None or not self.config.eval_every or self.events.stop_requested:
+            return
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
-        if self.evaluator is not None:
-            final_step = int((counts or self.counts).get("actor_steps", 0))
-            if status == "finished" and self.config.eval_every and not self.events.stop_requested:
-                self._take_due(timeout=None)  # boundaries the last episodes crossed
-                if self._last_eval_step != final_step:
-                    self._request_evaluation(final_step)  # the final evaluation, as in one process
-                self._send_evaluations(everything=True)
-            # Otherwise rounds not yet sent are dropped: an interrupt or a callback's stop ends the run
-            # after the round under way.
-            self._eval_queue.clear()
-            try:
-                self.evaluator.finish.remote(self._requests_sent)
-            except Exception:  # the node is already gone
-                pass
-        if self._evaluator_ref is not None:
-            self._evaluator_returns.extend(get_quietly(self._evaluator_ref, timeout) or [])
-            self._rows.drain(timeout)
+        final_step = int((counts or self.counts).get("actor_steps", 0))
+        self._take_due(timeout=None)  # boundaries the last episodes crossed
+        if self._last_eval_step != final_step:
+            self._request_evaluation(final_step)  # the final evaluation, as in one process
 
-    def _stop_learner(self, status: str, reason: str | None, timeout: float) -> tuple[str, str | None]:
-        """Final snapshot, then the learner's final checkpoint; a failed one makes the run "failed"."""
-        saved = get_quietly(self._save_ref, timeout)
-        self.events.finish(status, self._save_ref, saved)
-        if self.learner is not None and self._learner_alive(timeout):
-            self.save_snapshot(wait=True)  # the final policy, as the local trainer writes it
-        if self.learner is not None:
-            try:
-                self.learner.stop.remote(self.evaluations)
-            except Exception:  # the node is already gone
-                pass
+    def _finish_evaluations(self, status: str) -> None:
+        """Sends the rounds asked for (a finished run) and tells the evaluator how many there are."""
+        if self.evaluator is None:
+            return
+        if status == "finished" and not self.events.stop_requested:
+            self._send_evaluations(everything=True)
+        # Otherwise rounds not yet sent are dropped: an interrupt or a callback's stop ends the run
+        # after the round under way.
+        self._eval_queue.clear()
+        try:
+            self.evaluator.finish.remote(self._requests_sent)
+        except Exception:  # the node is already gone
+            pass
+
+    def _wait_for_learner(self, status: str, reason: str | None,
+                          left: Any) -> tuple[str, str | None]:
+        """Waits (until the deadline) for the final snapshot and checkpoint; a failed checkpoint makes
+        the run "failed", one still unwritten at the deadline is said in the reason."""
+        self._last_periodic_save = get_quietly(self._save_ref, left())  # the final one waits for it
         if self._learner_result is None and self._learner_ref is not None:
             try:
-                self._learner_result = ray.get(self._learner_ref, timeout=timeout)
+                self._learner_result = ray.get(self._learner_ref, timeout=left())
             except ray.exceptions.GetTimeoutError:
-                pass
+                reason = reason or (f"the final checkpoint was not written within the stop timeout "
+                                    f"({self.options.stop_timeout_seconds:g} s); the previous one is kept")
             except Exception as error:  # e.g. its final save hit a full disk: no final checkpoint
                 if status != "failed":
                     status, reason = "failed", f"the learner's final checkpoint failed: {describe(error)}"
+        get_quietly(self._snapshot_ref, left())
+        self._snapshot_ref = None
         return status, reason

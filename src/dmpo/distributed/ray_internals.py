@@ -14,6 +14,12 @@ version, and the test fails naming the missing name when a Ray release moves one
 * `ray.init(_temp_dir=...)`: where a private cluster keeps its session files.
 * `ray._private.state.actors` and `ActorHandle._actor_id`: the state of one Ray actor in the
   cluster's actor table (waiting for a place, alive, dead), read by `dmpo.distributed.placement`.
+* `ray._private.services.ConsolePopen`: how Ray starts its servers; wrapped while a private cluster
+  starts so that each server leads its own process group. A scheduler, systemd or a terminal signals
+  the whole process group of `dmpo train`: Ray's servers would die with it and take the learner,
+  and the final checkpoint the signal asks for, with them. The driver stops them itself.
+* `ray._private.utils.set_sigterm_handler`: `ray.init` replaces the driver's SIGTERM handler with one
+  that exits at once; kept from doing so, so that SIGTERM takes dmpo's stop path at every moment.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import os
 from collections.abc import Iterator
 
 __all__ = ["PRIVATE_NAMES", "TEMP_DIR_ARGUMENT", "WAITING_STATES", "actor_id", "actor_state",
-           "local_only_binding", "reset_auth_caches", "session_dir"]
+           "keep_signal_handlers", "local_only_binding", "own_process_groups", "reset_auth_caches",
+           "session_dir"]
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 TEMP_DIR_ARGUMENT = "_temp_dir"
@@ -34,6 +41,8 @@ PRIVATE_NAMES = (  # (module, attribute path) of every private name used here
     ("ray._private.worker", "_global_node"),
     ("ray._private.state", "actors"),
     ("ray.actor", "ActorHandle._actor_id"),
+    ("ray._private.services", "ConsolePopen"),
+    ("ray._private.utils", "set_sigterm_handler"),
 )
 WAITING_STATES = ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING")
 """Actor table states of an actor that has no process yet (no place on the cluster, or not yet)."""
@@ -88,3 +97,39 @@ def actor_state(actor_hex_id: str) -> str | None:
     except Exception:  # the table cannot be read right now: say nothing rather than guess
         return None
     return info.get("State") if isinstance(info, dict) else None
+
+
+@contextlib.contextmanager
+def own_process_groups() -> Iterator[None]:
+    """Every process Ray starts in the block leads a process group of its own (module docstring)."""
+    from ray._private import services
+
+    original = services.ConsolePopen
+
+    class OwnGroupPopen(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: object, preexec_fn: object = None, **kwargs: object) -> None:
+            def prepare() -> None:
+                os.setpgid(0, 0)
+                if callable(preexec_fn):
+                    preexec_fn()
+
+            super().__init__(*args, preexec_fn=prepare, **kwargs)
+
+    services.ConsolePopen = OwnGroupPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = original
+
+
+@contextlib.contextmanager
+def keep_signal_handlers() -> Iterator[None]:
+    """`ray.init` in the block leaves this process's SIGTERM handler as it is (module docstring)."""
+    from ray._private import utils
+
+    original = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = original

@@ -34,6 +34,10 @@ SECRET_VARIABLES = ("WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_P
                     "DATABRICKS_TOKEN")
 
 
+class TrackerError(RuntimeError):
+    """The tracker could not start (no W&B key, an MLflow store that refuses, ...): one line saying why."""
+
+
 def check_installed(kind: str | None) -> None:
     """A one-line `ConfigError` naming the extra when `--track` names a package that is missing."""
     if kind is None:
@@ -184,7 +188,12 @@ def open_tracker(config: Any, run: Any) -> Tracker | None:
     run_id = saved.get("id") if saved.get("kind") == config.track else None
     settings = config_to_dict(config)["config"]
     cls = WandbTracker if config.track == "wandb" else MLflowTracker
-    tracker = cls(run.path, config.track_project, settings, run_id)
+    try:
+        tracker = cls(run.path, config.track_project, settings, run_id)
+    except Exception as error:  # noqa: BLE001 - whatever the library raises, the run cannot start
+        lines = str(error).strip().splitlines() or [""]
+        raise TrackerError(f"--track {config.track}: the tracker could not start "
+                           f"({type(error).__name__}: {lines[0]})") from error
     if tracker.run_id != run_id:
         run.update_info(tracker={"kind": config.track, "id": tracker.run_id, "project": config.track_project})
     return tracker

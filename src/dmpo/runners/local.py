@@ -43,7 +43,15 @@ from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvironmentFactory
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 from dmpo.lifecycle.directory import RunDirectory, new_run_path
-from dmpo.lifecycle.interrupts import CriticalCalls, annotate, interrupt_on_signals
+from dmpo.lifecycle.interrupts import (
+    CriticalCalls,
+    annotate,
+    critical,
+    interrupt_on_signals,
+    starting_up,
+    training_started,
+    when_abandoned,
+)
 from dmpo.lifecycle.lock import run_lock
 from dmpo.lifecycle.resume import apply_resume, plan_resume
 from dmpo.lifecycle.schedule import RunSchedule
@@ -259,6 +267,7 @@ class LocalTrainer:
         with Progress(config.steps, enabled=not self._quiet, live=self.progress_enabled) as progress:
             self._progress = progress
             try:
+                training_started()  # a signal that came while the run started stops it here
                 self.status.running()
                 self.callbacks.on_train_start()
                 while self.env_steps() < config.steps and not events.stop_requested:
@@ -269,13 +278,15 @@ class LocalTrainer:
                 if self.schedule.final_events(self.env_steps(),
                                               stopped_early=events.stop_requested).evaluation is not None:
                     self.evaluate()
-                self.save_snapshot()
-                if self.schedule.final_events(self.env_steps()).checkpoint is not None:
-                    self.save_checkpoint()
+                with critical():  # a signal now waits for the final files, then stops the run
+                    self.save_snapshot()
+                    if self.schedule.final_events(self.env_steps()).checkpoint is not None:
+                        self.save_checkpoint()
             except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP (dmpo.lifecycle.interrupts)
                 save_policy_on_interrupt(self.save_snapshot)
                 try:
-                    self.save_checkpoint(mid_episode=True)
+                    if self.schedule.last_checkpoint != self.env_steps():  # else that one is final
+                        self.save_checkpoint(mid_episode=True)
                 except BaseException as error:
                     self._set_failed(error)
                     raise error from interrupt
@@ -361,15 +372,19 @@ def train(config: TrainConfig, run_dir: str | Path | None = None, *, resume: boo
         run = RunDirectory.open(run_dir)
     else:
         run = RunDirectory.create(run_dir or new_run_path(), config, seed=config.seed)
-    # One process per run directory (dmpo.lifecycle.lock); SIGTERM/SIGHUP act as Ctrl-C
-    # (dmpo.lifecycle.interrupts).
-    with run_lock(run.path), interrupt_on_signals():
+    # One process per run directory (dmpo.lifecycle.lock); SIGTERM/SIGHUP act as Ctrl-C, and a signal
+    # that comes while JAX starts waits for the first step (dmpo.lifecycle.interrupts).
+    abandoned = functools.partial(run.set_status, "interrupted", reason="exited at once on a third Ctrl-C")
+    with run_lock(run.path), interrupt_on_signals(), starting_up(), when_abandoned(abandoned):
         try:
             trainer = LocalTrainer(config, run, resume=resume, env_factory=factory, networks=networks,
                                    progress=progress, quiet=quiet, callbacks=callbacks)
         except KeyboardInterrupt:  # before the first step: nothing new to save
-            if not resume:
-                run.set_status("interrupted")
+            run.set_status("interrupted")
+            raise
+        except BaseException as error:  # e.g. a tracker that cannot start: the run says why
+            with contextlib.suppress(OSError):
+                run.set_status("failed", reason=f"{type(error).__name__}: {error}".splitlines()[0])
             raise
         start = time.monotonic()
         summary = trainer.run()

@@ -1,0 +1,114 @@
+"""The distributed stop against a scheduler's grace period, with stand-in nodes (no Ray cluster): the
+learner's final checkpoint is asked for first, every wait shares one deadline, and a slow periodic
+checkpoint delays the next one instead of failing the run. Real runs stopped by signals are in
+tests/test_signals.py."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+from dmpo.config import TrainConfig  # noqa: E402
+from dmpo.distributed import program as program_module  # noqa: E402
+from dmpo.distributed.options import ProgramOptions  # noqa: E402
+from dmpo.distributed.program import DistributedProgram  # noqa: E402
+
+
+class Clock:
+    """Time that passes only when the stop waits (each wait on a silent node lasts its timeout)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.waits: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait(self, timeout: float) -> None:
+        self.waits.append(timeout)
+        self.now += timeout
+
+
+class Node:
+    """A node whose every call is recorded in `calls` and never answered."""
+
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self._name, self._calls = name, calls
+
+    def __getattr__(self, method: str) -> types.SimpleNamespace:
+        def remote(*args: object) -> str:
+            self._calls.append(f"{self._name}.{method}")
+            return f"{self._name}.{method}-ref"
+
+        return types.SimpleNamespace(remote=remote)
+
+
+class Events:
+    stop_requested = False
+    stop_reason = None
+    last_evaluation = None
+
+    def finish(self, *args: object) -> None:
+        pass
+
+
+def silent_program(monkeypatch, tmp_path: Path, actors: int) -> tuple[DistributedProgram, list[str], Clock]:
+    clock, calls = Clock(), []
+
+    def get_quietly(ref: object, timeout: float) -> None:
+        if ref is not None:
+            clock.wait(timeout)
+
+    def ray_get(ref: object, timeout: float) -> None:
+        clock.wait(timeout)
+        raise program_module.ray.exceptions.GetTimeoutError("silent")
+
+    monkeypatch.setattr(program_module, "time", clock)
+    monkeypatch.setattr(program_module, "get_quietly", get_quietly)
+    monkeypatch.setattr(program_module, "kill", lambda handle: None)
+    monkeypatch.setattr(program_module.ray, "get", ray_get)
+    program = DistributedProgram.__new__(DistributedProgram)
+    program.__dict__.update(
+        config=TrainConfig(actors=actors), options=ProgramOptions(stop_timeout_seconds=20.0),
+        run_dir=tmp_path,
+        learner=Node("learner", calls), actor_handles=[Node(f"actor{i}", calls) for i in range(actors)],
+        _actor_refs=[f"actor{i}.run-ref" for i in range(actors)], evaluator=Node("evaluator", calls),
+        _evaluator_ref="evaluator.run-ref", counter=Node("counter", calls), replay=Node("replay", calls),
+        _learner_ref="learner.run-ref", _learner_result=None, _save_ref=None, _snapshot_ref=None,
+        _rows=types.SimpleNamespace(drain=clock.wait), _eval_queue=[], _requests_sent=0, _run=None,
+        events=Events(), evaluations=0, counts={}, _actor_results=[], actor_restarts=0,
+        _evaluator_returns=[], evaluation_rows=[], replay_history=[], _started_at=None)
+    return program, calls, clock
+
+
+def test_the_final_checkpoint_starts_first_and_one_deadline_bounds_the_stop(monkeypatch, tmp_path):
+    program, calls, clock = silent_program(monkeypatch, tmp_path, actors=8)
+    result = program.stop("interrupted")
+    assert calls[0] == "learner.stop"  # before any actor or the evaluator is told anything
+    assert {f"actor{i}.stop" for i in range(8)} <= set(calls) and "evaluator.finish" in calls
+    # No node answers: eight actors, the evaluator and the learner still cost one deadline, not one each.
+    assert sum(clock.waits) <= 20.0
+    assert clock.waits[0] == 20.0  # the whole deadline went to the final checkpoint, waited for first
+    assert result.stop_reason.startswith(
+        "the final checkpoint was not written within the stop timeout (20 s)"), result.stop_reason
+
+
+def test_a_slow_periodic_checkpoint_delays_the_next_instead_of_failing_the_learner(monkeypatch, tmp_path):
+    program, calls, _ = silent_program(monkeypatch, tmp_path, actors=1)
+    program.__dict__.update(_checkpoint_wanted=False, _last_save_time=0.0, _next_checkpoint=None,
+                            _next_eval=None)
+    ready: list[str] = []
+    monkeypatch.setattr(program_module.ray, "wait",
+                        lambda refs, timeout: ([ref for ref in refs if ref in ready], []))
+    monkeypatch.setattr(program_module.ray, "get", lambda ref: "checkpoints/step_1000")
+    program.request_checkpoint()
+    assert calls == ["learner.save"]
+    program.request_checkpoint()  # the boundary after it, while the first is still being written
+    assert calls == ["learner.save"] and program._checkpoint_wanted
+    ready.append("learner.save-ref")  # written, however long it took
+    program._schedule()
+    assert calls == ["learner.save", "learner.save"] and not program._checkpoint_wanted

@@ -1,0 +1,120 @@
+"""The signal handling of `dmpo.lifecycle.interrupts`, in this process: when a signal is raised (not
+inside start-up, not inside a critical block), that it is never swallowed, and what a second and a
+third signal do while the run stops. The real `dmpo train` under signals is tests/test_signals.py."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+from dmpo.lifecycle.interrupts import (
+    Interrupted,
+    critical,
+    interrupt_on_signals,
+    starting_up,
+    training_started,
+)
+from test_faults import child_env, wait_for
+
+
+def test_a_signal_while_starting_waits_for_training_to_start():
+    done = []
+    with pytest.raises(Interrupted), interrupt_on_signals(), starting_up():
+        os.kill(os.getpid(), signal.SIGTERM)
+        done.append("JAX and Ray started")  # not cut in half
+        training_started()
+        done.append("a training step")  # never reached
+    assert done == ["JAX and Ray started"]
+
+
+def test_a_critical_block_that_raises_takes_its_pending_signal_with_it():
+    with interrupt_on_signals():
+        with pytest.raises(ValueError, match="the step failed"), critical():
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise ValueError("the step failed")
+        with critical():
+            pass  # no interrupt left over from the block that failed
+    with interrupt_on_signals(), critical():  # nor in the next run of this process
+        pass
+
+
+def test_a_second_signal_while_stopping_is_ignored_and_says_so(capfd):
+    stopped = []
+    with pytest.raises(Interrupted), interrupt_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            stopped.append("never")
+        except Interrupted:
+            os.kill(os.getpid(), signal.SIGTERM)  # while the final checkpoint is written
+            stopped.append("final checkpoint written")
+            raise
+    assert stopped == ["final checkpoint written"]
+    err = capfd.readouterr().err
+    assert err.strip().splitlines() == [
+        "dmpo: SIGTERM ignored: already stopping (writing the final checkpoint); a third Ctrl-C exits at "
+        "once, keeping the previous checkpoint"], err
+
+
+def test_an_interrupt_swallowed_by_a_garbage_collector_callback_is_raised_again(capfd):
+    """JAX runs Python code in a gc callback; Python prints an exception raised there and drops it."""
+    armed = [True]
+
+    def callback(phase: str, info: dict) -> None:
+        if armed[0]:
+            armed[0] = False
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs inside this callback
+            sum(range(10))
+
+    gc.callbacks.append(callback)
+    try:
+        with pytest.raises(KeyboardInterrupt), interrupt_on_signals():
+            gc.collect()
+            wait_for(lambda: False, "the interrupt to come again", timeout=30, period=0.01)
+    finally:
+        gc.callbacks.remove(callback)
+    assert not armed[0]
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+THIRD_CTRL_C = """
+import os, signal, subprocess, sys
+from dmpo.lifecycle.interrupts import interrupt_on_signals, when_abandoned
+
+child = subprocess.Popen(["sleep", "300"])
+print(child.pid, flush=True)
+mark = lambda: open(sys.argv[1], "w").write("interrupted")
+with interrupt_on_signals(), when_abandoned(mark):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+    except KeyboardInterrupt:  # writing the final checkpoint...
+        os.kill(os.getpid(), signal.SIGINT)  # ignored
+        os.kill(os.getpid(), signal.SIGINT)  # exits at once
+        print("not reached", flush=True)
+"""
+
+
+def test_a_third_ctrl_c_exits_at_once_killing_what_the_run_started(tmp_path):
+    status = tmp_path / "status"
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(THIRD_CTRL_C), str(status)],
+                            capture_output=True, text=True, timeout=120, env=child_env())
+    assert result.returncode == 130, result.stderr
+    assert "not reached" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        "dmpo: exited at once on a third Ctrl-C; the previous checkpoint is kept"), result.stderr
+    assert status.read_text() == "interrupted"
+    child = int(result.stdout.split()[0])
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(gone, "the child to be killed", timeout=10, period=0.05)

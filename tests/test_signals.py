@@ -1,0 +1,158 @@
+"""Signals at every moment of a real `dmpo train`, in one process and with `--actors 1`.
+
+Each case starts `dmpo train` in a session of its own (as SLURM, systemd and a terminal start a job),
+waits for a moment of its life (an event: a library mapped, a process started, a file written),
+sends a signal to the process or to its whole process group (`os.killpg`), and checks: exit code
+128 + the signal, one `dmpo:` line, run.json "interrupted", no process of the session left, and a
+`--resume` that continues the run. Each signal, moment, mode and both ways of sending appear at
+least once; the full cross product would cost minutes for no new path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from test_faults import TINY, child_env, wait_for
+
+CLI = [sys.executable, "-m", "dmpo.cli", "train"]
+STEPS = 400
+FLAGS = ["--env", "gym:Pendulum-v1", "--steps", str(STEPS), "--checkpoint-every", "200", "--eval-every", "0",
+         "--no-progress", *TINY]
+HOLD = Path(__file__).resolve().parent / "signal_hold"  # holds the final checkpoint write (its docstring)
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    """Live processes of session `sid` (Ray's servers lead their own process groups in it)."""
+    found = []
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getsid(process.pid) == sid and process.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+class Training:
+    """One `dmpo train` in its own session, its output in files."""
+
+    def __init__(self, tmp_path: Path, run: Path, flags: list[str], hold_step: int | None = None) -> None:
+        self.run, self.out, self.err = run, tmp_path / "stdout", tmp_path / "stderr"
+        extra = {}
+        if hold_step is not None:
+            self.hold = tmp_path / "hold"
+            self.hold.mkdir()
+            extra = {"DMPO_TEST_HOLD_DIR": str(self.hold), "DMPO_TEST_HOLD_STEP": str(hold_step)}
+        env = child_env(**extra)
+        if hold_step is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(HOLD), env["PYTHONPATH"]])
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.process = subprocess.Popen([*CLI, "--run-dir", str(run), *flags], stdout=out, stderr=err,
+                                            env=env, start_new_session=True)
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait_until(self, condition, what: str, timeout: float = 300) -> None:
+        wait_for(lambda: condition() or not self.alive(), what, timeout=timeout, period=0.005)
+        assert self.alive(), f"ended before {what}: {self.stderr()[-3000:]}"
+
+    def send(self, signum: int, group: bool) -> None:
+        if group:
+            os.killpg(self.process.pid, signum)
+        else:
+            self.process.send_signal(signum)
+
+    def finish(self, timeout: float = 300) -> int:
+        try:
+            return self.process.wait(timeout)
+        finally:
+            if self.alive():
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+
+# -- the moments, each an event ----------------------------------------------------------------------
+
+def jax_loading(training: Training) -> bool:
+    maps = Path(f"/proc/{training.process.pid}/maps")
+    try:
+        return "jaxlib" in maps.read_text()
+    except OSError:
+        return False
+
+
+def ray_starting(training: Training) -> bool:
+    return any(p.name().startswith("gcs_server") for p in session_processes(training.process.pid))
+
+
+def first_learner_step(training: Training) -> bool:
+    log = training.run / "logs" / "learner" / "logs.csv"
+    return log.is_file() and log.stat().st_size > 0
+
+
+def first_checkpoint(training: Training) -> bool:
+    checkpoints = training.run / "checkpoints"  # looked at without TrainingCheckpoints, which creates it
+    return checkpoints.is_dir() and any(checkpoints.glob("step_*"))
+
+
+def final_save(training: Training) -> bool:
+    return (training.hold / "holding").is_file()
+
+
+MOMENTS = {"jax": jax_loading, "ray": ray_starting, "first step": first_learner_step,
+           "mid-run": first_checkpoint, "final save": final_save}
+
+CASES = [  # (mode flags, moment, signal, to the whole process group)
+    pytest.param([], "jax", signal.SIGINT, False, id="local-jax-SIGINT"),
+    pytest.param([], "first step", signal.SIGHUP, True, id="local-first_step-SIGHUP-group"),
+    pytest.param([], "mid-run", signal.SIGTERM, False, id="local-mid_run-SIGTERM"),
+    pytest.param([], "final save", signal.SIGINT, True, id="local-final_save-SIGINT-group"),
+    pytest.param(["--actors", "1"], "ray", signal.SIGTERM, True, marks=pytest.mark.ray,
+                 id="actors-ray-SIGTERM-group"),
+    pytest.param(["--actors", "1"], "first step", signal.SIGINT, True, marks=pytest.mark.ray,
+                 id="actors-first_step-SIGINT-group"),
+    pytest.param(["--actors", "1"], "final save", signal.SIGHUP, False, marks=pytest.mark.ray,
+                 id="actors-final_save-SIGHUP"),
+]
+
+
+@pytest.mark.parametrize(("mode", "moment", "signum", "group"), CASES)
+def test_a_signal_at_any_moment_stops_the_run_the_documented_way(tmp_path, mode, moment, signum, group):
+    if mode:
+        pytest.importorskip("ray")
+    run = tmp_path / "run"
+    training = Training(tmp_path, run, [*FLAGS, *mode], hold_step=STEPS if moment == "final save" else None)
+    training.wait_until(lambda: MOMENTS[moment](training), moment)
+    training.send(signum, group)
+    if moment == "final save":
+        (training.hold / "go").touch()
+    code = training.finish()
+    stderr = training.stderr()
+    assert code == 128 + signum, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith("dmpo:") and "warning" not in line]
+    assert len(lines) == 1 and lines[0].startswith("dmpo: interrupted"), stderr[-3000:]
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+    wait_for(lambda: not session_processes(training.process.pid), "the run's processes to end", timeout=30,
+             period=0.1)
+
+    resumed = subprocess.run([*CLI, "--resume", str(run), "--no-progress"], capture_output=True, text=True,
+                             timeout=600, env=child_env())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # A run stopped mid-episode resumes with a new episode, so it ends at the first episode end past STEPS.
+    reached = re.search(r"finished: (\d+) env steps|already reached (\d+) env steps", resumed.stdout)
+    assert reached and int(reached.group(1) or reached.group(2)) >= STEPS, resumed.stdout
+    if moment != "final save":
+        assert json.loads((run / "run.json").read_text())["status"] == "finished"
