@@ -1,0 +1,253 @@
+"""Running a sweep on Ray Tune: every trial a `dmpo.sweeps.trial.SweepTrial`, on a private local Ray
+cluster (`dmpo.distributed.cluster`) or on an existing one.
+
+* A grid sweep (`--grid`, `--seeds`) is one Tune grid search over (point, seed), started afresh each time:
+  each trial's folder says whether it is finished (only read), to resume, or to start, so running the
+  same command again continues the sweep and leaves finished run directories untouched.
+* A search (`--search optuna`) samples `--space` with Ray Tune's Optuna searcher and prunes with ASHA
+  (successive halving on the evaluation return, by env steps) or the median stopping rule; running the
+  same command again restores the Tune experiment (`Tuner.restore`), the searcher's state included.
+
+SIGTERM is handled as Ctrl-C: Tune stops every trial, each of which interrupts its `dmpo train` (a
+checkpoint is written), and the sweep exits 130; the same command continues it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dmpo.sweeps.results import find_trials, read_trial, run_status, write_results
+from dmpo.sweeps.spec import SweepSpec, SweepSpecError
+from dmpo.utils.files import atomic_write_text
+
+__all__ = ["Resources", "SweepOutcome", "run_sweep"]
+
+_STATE = "sweep.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """Where trials run and what each asks Ray for."""
+
+    ray_address: str | None = None
+    num_cpus: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_concurrent: int | None = None
+    max_failures: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepOutcome:
+    trials: int
+    finished: int
+    interrupted: bool
+    best_flags: tuple[str, ...] | None
+
+
+def _defining(spec: SweepSpec) -> dict:
+    """What the folder's trials were made with: running another sweep into it would mix settings."""
+    found = {"train_flags": list(spec.train_flags), "search": spec.search}
+    if spec.search != "grid":
+        found.update(
+            space=[dataclasses.asdict(r) for r in spec.space],
+            seed=spec.seeds[0],
+            trials=spec.trials,
+            metric=spec.metric,
+        )
+    return found
+
+
+def check_folder(spec: SweepSpec) -> None:
+    """OUT is new, or holds a sweep made with the same settings (another grid value or seed may be
+    added); one line naming what differs otherwise."""
+    path = spec.out / _STATE
+    if not path.is_file():
+        if spec.out.exists() and any(spec.out.iterdir()):
+            raise SweepSpecError(
+                f"OUT {spec.out} exists and is not a sweep folder (no {_STATE}); give a new or empty folder"
+            )
+        return
+    saved = json.loads(path.read_text(encoding="utf-8")).get("defining", {})
+    given = _defining(spec)
+    differing = [name for name in given if saved.get(name) != given[name]]
+    if differing:
+        listed = "; ".join(f"{name}: saved {saved.get(name)!r}, given {given[name]!r}" for name in differing)
+        raise SweepSpecError(
+            f"OUT {spec.out} holds a sweep made with other settings ({listed}); use another folder"
+        )
+
+
+def _save_state(spec: SweepSpec, command: Sequence[str], pruned: Sequence[str]) -> None:
+    path = spec.out / _STATE
+    state = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"commands": []}
+    if command not in state["commands"]:
+        state["commands"].append(list(command))
+    state["defining"] = _defining(spec)
+    state["pruned"] = sorted(set(state.get("pruned", [])) | set(pruned))
+    atomic_write_text(path, json.dumps(state, indent=2) + "\n")
+
+
+def _grid_space(spec: SweepSpec, common: dict) -> dict:
+    from ray import tune
+
+    trials = [
+        {"point": point.name, "point_flags": point.flags(), "seed": seed}
+        for point in spec.points()
+        for seed in spec.seeds
+    ]
+    return {"common": common, "trial": tune.grid_search(trials)}
+
+
+def _scheduler(name: str, spec: SweepSpec, steps: int, eval_every: int):
+    from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule
+
+    if name == "asha":  # max_t past the budget: the last evaluation never stops a trial about to finish
+        return ASHAScheduler(
+            time_attr="env_steps", max_t=steps + 1, grace_period=eval_every, reduction_factor=2
+        )
+    if name == "median":
+        return MedianStoppingRule(time_attr="env_steps", grace_period=eval_every, min_samples_required=2)
+    return None
+
+
+def _tuner(spec: SweepSpec, resources: Resources, common: dict, scheduler_name: str, budget: tuple[int, int]):
+    from ray import tune
+
+    trainable = tune.with_resources(
+        _trainable(), {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial}
+    )
+    storage = str((spec.out / ".tune").resolve())
+    run_config = tune.RunConfig(
+        name=spec.search,
+        storage_path=storage,
+        verbose=0,
+        failure_config=tune.FailureConfig(max_failures=resources.max_failures),
+    )
+    if spec.search == "grid":
+        return tune.Tuner(
+            trainable,
+            param_space=_grid_space(spec, common),
+            run_config=run_config,
+            tune_config=tune.TuneConfig(max_concurrent_trials=resources.max_concurrent),
+        )
+    from ray.tune.search.optuna import OptunaSearch
+
+    space = {"common": common, **{r.key: r.sampler() for r in spec.space}}
+    experiment = Path(storage) / spec.search
+    if tune.Tuner.can_restore(str(experiment)):
+        return tune.Tuner.restore(
+            str(experiment), trainable, resume_unfinished=True, resume_errored=True, param_space=space
+        )
+    tune_config = tune.TuneConfig(
+        metric="return",
+        mode="max",
+        num_samples=spec.trials,
+        max_concurrent_trials=resources.max_concurrent,
+        search_alg=OptunaSearch(seed=spec.seeds[0]),
+        scheduler=_scheduler(scheduler_name, spec, *budget),
+    )
+    return tune.Tuner(trainable, param_space=space, run_config=run_config, tune_config=tune_config)
+
+
+def _trainable():
+    from dmpo.sweeps.trial import SweepTrial
+
+    return SweepTrial
+
+
+def _best_flags(spec: SweepSpec, trials) -> tuple[str, ...] | None:
+    finished = [t for t in trials if t.status == "finished" and t.final_return is not None]
+    if not finished:
+        return None
+    best = max(finished, key=lambda t: t.final_return)
+    return (*spec.train_flags, *best.flags)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    resources: Resources,
+    *,
+    scheduler: str,
+    budget: tuple[int, int],
+    distributed: bool,
+    command: Sequence[str],
+    resamples: int = 10_000,
+    thresholds: dict[str, float] | None = None,
+) -> SweepOutcome:
+    """Runs (or continues) the sweep, then writes its results table; `budget` is (steps, eval_every)."""
+    import ray
+
+    from dmpo.distributed.cluster import ray_cluster
+
+    check_folder(spec)
+    spec.out.mkdir(parents=True, exist_ok=True)
+    plan = [spec.out / p.name / f"seed-{s}" for p in spec.points() for s in spec.seeds]
+    if spec.search == "grid":
+        counts: dict[str, int] = {}
+        for run in plan:
+            state = "finished" if run_status(run) == "finished" else "resume" if run.exists() else "start"
+            counts[state] = counts.get(state, 0) + 1
+        print(
+            f"{len(plan)} trials in {spec.out}: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
+            flush=True,
+        )
+    _save_state(spec, command, ())
+    previous = signal.getsignal(signal.SIGTERM)
+    # Tune stops the experiment on SIGINT (its own handler, installed by `fit`); SIGTERM does the same.
+    signal.signal(signal.SIGTERM, lambda signum, frame: signal.getsignal(signal.SIGINT)(signal.SIGINT, frame))
+    try:
+        with ray_cluster(resources.ray_address, num_cpus=resources.num_cpus) as cluster:
+            common = {
+                "out": str(spec.out.resolve()),
+                "train_flags": list(spec.train_flags),
+                "distributed": distributed,
+                "ray_address": cluster.address,
+                "keys": [r.key for r in spec.space],
+                "seed": spec.seeds[0],
+            }
+            grid = _tuner(spec, resources, common, scheduler, budget).fit()
+            pruned = []
+            for result in grid:
+                last = result.metrics or {}
+                if result.error is None and last.get("run_dir") and not last.get("done"):
+                    pruned.append(last["run_dir"])
+            del ray  # imported above so that a missing Ray fails before the cluster is asked for
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _save_state(spec, command, pruned)
+    state = json.loads((spec.out / _STATE).read_text(encoding="utf-8"))
+    trials = [read_trial(run, thresholds, state["pruned"]) for run in find_trials(spec.out)]
+    preamble = [f"Made by `{shlex.join(c)}`." for c in state["commands"]]
+    write_results(spec.out, trials, resamples=resamples, preamble=preamble)
+    wanted = plan if spec.search == "grid" else [t.run for t in trials]
+    finished = sum(run_status(run) == "finished" for run in wanted)
+    settled = {"finished", "pruned"}
+    interrupted = any(t.status not in settled for t in trials if t.run in wanted)
+    return SweepOutcome(
+        len(wanted), finished, interrupted, _best_flags(spec, trials) if spec.search != "grid" else None
+    )
+
+
+def main_message(outcome: SweepOutcome, spec: SweepSpec, command: Sequence[str]) -> int:
+    """Prints the sweep's ending lines; returns the exit code."""
+    print(
+        f"{outcome.finished}/{outcome.trials} trials finished; results in {spec.out / 'results.md'}, "
+        f"{spec.out / 'results.csv'}, {spec.out / 'points.csv'}"
+    )
+    if outcome.best_flags is not None:
+        print("best: dmpo train " + shlex.join(outcome.best_flags))
+    if outcome.interrupted:
+        print(
+            "stopped before every trial finished; the same command continues the sweep: "
+            + shlex.join(command),
+            file=sys.stderr,
+        )
+        return 130
+    return 0
