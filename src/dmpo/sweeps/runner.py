@@ -129,13 +129,16 @@ def _tuner(spec: SweepSpec, resources: Resources, common: dict, scheduler_name: 
         storage_path=storage,
         verbose=0,
         failure_config=tune.FailureConfig(max_failures=resources.max_failures),
+        # The run directory is the trial's checkpoint (a restarted trial resumes it); Tune keeps none.
+        checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0, checkpoint_at_end=False),
     )
     if spec.search == "grid":
         return tune.Tuner(
             trainable,
             param_space=_grid_space(spec, common),
             run_config=run_config,
-            tune_config=tune.TuneConfig(max_concurrent_trials=resources.max_concurrent),
+            tune_config=tune.TuneConfig(max_concurrent_trials=resources.max_concurrent,
+                                        trial_dirname_creator=_trial_folder),
         )
     from ray.tune.search.optuna import OptunaSearch
 
@@ -151,9 +154,14 @@ def _tuner(spec: SweepSpec, resources: Resources, common: dict, scheduler_name: 
         num_samples=spec.trials,
         max_concurrent_trials=resources.max_concurrent,
         search_alg=OptunaSearch(seed=spec.seeds[0]),
+        trial_dirname_creator=_trial_folder,
         scheduler=_scheduler(scheduler_name, spec, *budget),
     )
     return tune.Tuner(trainable, param_space=space, run_config=run_config, tune_config=tune_config)
+
+
+def _trial_folder(trial) -> str:
+    return trial.trial_id
 
 
 def _trainable():
