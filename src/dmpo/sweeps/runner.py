@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dmpo.sweeps.pruning import pruned_runs
 from dmpo.sweeps.results import find_trials, read_trial, run_status, write_results
 from dmpo.sweeps.spec import SweepSpec, SweepSpecError
 from dmpo.utils.files import atomic_write_text
@@ -47,6 +48,8 @@ class Resources:
 class SweepOutcome:
     trials: int
     finished: int
+    pruned: int
+    failed: int
     interrupted: bool
     best_flags: tuple[str, ...] | None
 
@@ -84,13 +87,12 @@ def check_folder(spec: SweepSpec) -> None:
         )
 
 
-def _save_state(spec: SweepSpec, command: Sequence[str], pruned: Sequence[str]) -> None:
+def _save_state(spec: SweepSpec, command: Sequence[str]) -> None:
     path = spec.out / _STATE
     state = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"commands": []}
     if command not in state["commands"]:
         state["commands"].append(list(command))
     state["defining"] = _defining(spec)
-    state["pruned"] = sorted(set(state.get("pruned", [])) | set(pruned))
     atomic_write_text(path, json.dumps(state, indent=2) + "\n")
 
 
@@ -103,18 +105,6 @@ def _grid_space(spec: SweepSpec, common: dict) -> dict:
         for seed in spec.seeds
     ]
     return {"common": common, "trial": tune.grid_search(trials)}
-
-
-def _scheduler(name: str, spec: SweepSpec, steps: int, eval_every: int):
-    from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule
-
-    if name == "asha":  # max_t past the budget: the last evaluation never stops a trial about to finish
-        return ASHAScheduler(
-            time_attr="env_steps", max_t=steps + 1, grace_period=eval_every, reduction_factor=2
-        )
-    if name == "median":
-        return MedianStoppingRule(time_attr="env_steps", grace_period=eval_every, min_samples_required=2)
-    return None
 
 
 def _tuner(spec: SweepSpec, resources: Resources, common: dict, scheduler_name: str, budget: tuple[int, int]):
@@ -142,6 +132,8 @@ def _tuner(spec: SweepSpec, resources: Resources, common: dict, scheduler_name: 
         )
     from ray.tune.search.optuna import OptunaSearch
 
+    from dmpo.sweeps.pruning import make_scheduler
+
     space = {"common": common, **{r.key: r.sampler() for r in spec.space}}
     experiment = Path(storage) / spec.search
     if tune.Tuner.can_restore(str(experiment)):
@@ -155,7 +147,7 @@ def _tuner(spec: SweepSpec, resources: Resources, common: dict, scheduler_name: 
         max_concurrent_trials=resources.max_concurrent,
         search_alg=OptunaSearch(seed=spec.seeds[0]),
         trial_dirname_creator=_trial_folder,
-        scheduler=_scheduler(scheduler_name, spec, *budget),
+        scheduler=make_scheduler(scheduler_name, spec.out, *budget),
     )
     return tune.Tuner(trainable, param_space=space, run_config=run_config, tune_config=tune_config)
 
@@ -206,7 +198,7 @@ def run_sweep(
             f"{len(plan)} trials in {spec.out}: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
             flush=True,
         )
-    _save_state(spec, command, ())
+    _save_state(spec, command)
     previous = signal.getsignal(signal.SIGTERM)
     # Tune stops the experiment on SIGINT (its own handler, installed by `fit`); SIGTERM does the same.
     signal.signal(signal.SIGTERM, lambda signum, frame: signal.getsignal(signal.SIGINT)(signal.SIGINT, frame))
@@ -220,34 +212,35 @@ def run_sweep(
                 "keys": [r.key for r in spec.space],
                 "seed": spec.seeds[0],
             }
-            grid = _tuner(spec, resources, common, scheduler, budget).fit()
-            pruned = []
-            for result in grid:
-                last = result.metrics or {}
-                if result.error is None and last.get("run_dir") and not last.get("done"):
-                    pruned.append(last["run_dir"])
+            _tuner(spec, resources, common, scheduler, budget).fit()
             del ray  # imported above so that a missing Ray fails before the cluster is asked for
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _save_state(spec, command, pruned)
     state = json.loads((spec.out / _STATE).read_text(encoding="utf-8"))
-    trials = [read_trial(run, thresholds, state["pruned"]) for run in find_trials(spec.out)]
+    pruned = pruned_runs(spec.out)
+    trials = [read_trial(run, thresholds, pruned) for run in find_trials(spec.out)]
     preamble = [f"Made by `{shlex.join(c)}`." for c in state["commands"]]
     write_results(spec.out, trials, resamples=resamples, preamble=preamble)
-    wanted = plan if spec.search == "grid" else [t.run for t in trials]
-    finished = sum(run_status(run) == "finished" for run in wanted)
-    settled = {"finished", "pruned"}
-    interrupted = any(t.status not in settled for t in trials if t.run in wanted)
+    wanted = set(plan) if spec.search == "grid" else {t.run for t in trials}
+    statuses = [t.status for t in trials if t.run in wanted]
+    missing = len(wanted) - len(statuses)
+    if spec.search != "grid":  # a search stopped early has sampled fewer trials than asked
+        missing = max(0, spec.trials - len(statuses))
     return SweepOutcome(
-        len(wanted), finished, interrupted, _best_flags(spec, trials) if spec.search != "grid" else None
+        trials=len(statuses) + missing,
+        finished=statuses.count("finished"),
+        pruned=statuses.count("pruned"),
+        failed=statuses.count("failed"),
+        interrupted=missing > 0 or any(s not in ("finished", "pruned", "failed") for s in statuses),
+        best_flags=_best_flags(spec, trials) if spec.search != "grid" else None,
     )
 
 
 def main_message(outcome: SweepOutcome, spec: SweepSpec, command: Sequence[str]) -> int:
-    """Prints the sweep's ending lines; returns the exit code."""
+    """Prints the sweep's ending lines; returns the exit code (130: stopped early, 1: a trial failed)."""
     print(
-        f"{outcome.finished}/{outcome.trials} trials finished; results in {spec.out / 'results.md'}, "
-        f"{spec.out / 'results.csv'}, {spec.out / 'points.csv'}"
+        f"{outcome.trials} trials: {outcome.finished} finished, {outcome.pruned} pruned, {outcome.failed} "
+        f"failed; results in {spec.out / 'results.md'}, {spec.out / 'results.csv'}, {spec.out / 'points.csv'}"
     )
     if outcome.best_flags is not None:
         print("best: dmpo train " + shlex.join(outcome.best_flags))
@@ -258,4 +251,8 @@ def main_message(outcome: SweepOutcome, spec: SweepSpec, command: Sequence[str])
             file=sys.stderr,
         )
         return 130
+    if outcome.failed:
+        print(f"{outcome.failed} trial(s) failed; their output is under {spec.out / '.logs'}",
+              file=sys.stderr)
+        return 1
     return 0

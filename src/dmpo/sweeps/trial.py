@@ -175,6 +175,8 @@ class SweepTrial(tune.Trainable):
         """Stops the child resumably: SIGINT, then its checkpoint is waited for."""
         if self.process is None or self.process.poll() is not None:
             return
+        with open(self.log, "a", encoding="utf-8") as output:
+            output.write("=== stopping: SIGINT (a checkpoint is written first)\n")
         self.process.send_signal(signal.SIGINT)
         try:
             self.process.wait(timeout=_STOP_WAIT_S)
