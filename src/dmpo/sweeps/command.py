@@ -90,6 +90,9 @@ def sweep(
             for end in (r.low, r.high):
                 value = str(int(end)) if r.integer else repr(end)
                 check_train_flags([*flags, f"--{r.key}", value], f"--space {r.key}={value}")
+        from dmpo.sweeps.runner import check_folder
+
+        check_folder(spec)  # OUT holds nothing, or this sweep's own trials
         if not config.eval_every:
             raise SweepSpecError(
                 "--eval-every 0: a sweep reads each trial's evaluations; give --eval-every N"

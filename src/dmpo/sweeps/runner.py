@@ -22,7 +22,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmpo.sweeps.pruning import pruned_runs
 from dmpo.sweeps.results import find_trials, read_trial, run_status, write_results
 from dmpo.sweeps.spec import SweepSpec, SweepSpecError
 from dmpo.utils.files import atomic_write_text
@@ -216,6 +215,8 @@ def run_sweep(
             del ray  # imported above so that a missing Ray fails before the cluster is asked for
     finally:
         signal.signal(signal.SIGTERM, previous)
+    from dmpo.sweeps.pruning import pruned_runs
+
     state = json.loads((spec.out / _STATE).read_text(encoding="utf-8"))
     pruned = pruned_runs(spec.out)
     trials = [read_trial(run, thresholds, pruned) for run in find_trials(spec.out)]
@@ -229,7 +230,7 @@ def run_sweep(
     return SweepOutcome(
         trials=len(statuses) + missing,
         finished=statuses.count("finished"),
-        pruned=statuses.count("pruned"),
+        pruned=sum(str(t.run) in pruned for t in trials if t.run in wanted),  # finished after all or not
         failed=statuses.count("failed"),
         interrupted=missing > 0 or any(s not in ("finished", "pruned", "failed") for s in statuses),
         best_flags=_best_flags(spec, trials) if spec.search != "grid" else None,
