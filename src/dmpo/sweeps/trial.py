@@ -59,9 +59,12 @@ def set_aside(run: Path) -> Path:
     raise FileExistsError(f"no free name to set {run} aside")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGINT (checkpoint, then exit) when the worker that started it dies."""
+def _child_signals() -> None:
+    """In the child, before exec: SIGINT stops it (checkpoint, then exit), also when the worker that
+    started it dies. Ray's workers ignore SIGINT, and an ignored signal stays ignored across exec."""
     import ctypes
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
@@ -147,7 +150,7 @@ class SweepTrial(tune.Trainable):
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_child_signals,
             )
 
     def step(self) -> dict[str, Any]:
