@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import signal
 import sys
@@ -29,6 +30,33 @@ from dmpo.utils.files import atomic_write_text
 __all__ = ["Resources", "SweepOutcome", "run_sweep"]
 
 _STATE = "sweep.json"
+_KILL_CHILDREN = "RAY_kill_child_processes_on_worker_exit"
+_STOP_WAIT_S = 600.0  # a stopped trial's `dmpo train` writes its checkpoint (replay included) first
+
+
+def _as_sigint(signum: int, frame: object) -> None:
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+
+
+def _wait_for_runs(runs: Sequence[Path]) -> None:
+    """Waits until no `dmpo train` holds a trial's run lock (a stopped trial writing its checkpoint),
+    so that the table reads finished files and a new sweep finds the runs free."""
+    import time
+
+    from dmpo.lifecycle.lock import is_mine_or_free
+
+    deadline = time.monotonic() + _STOP_WAIT_S
+    busy = [run for run in runs if not is_mine_or_free(run)]
+    if busy:
+        print(f"waiting for {len(busy)} trial(s) to write their checkpoints", flush=True)
+    while busy and time.monotonic() < deadline:
+        time.sleep(0.5)
+        busy = [run for run in busy if not is_mine_or_free(run)]
+    if busy:
+        print(f"dmpo sweep: warning: still running after {_STOP_WAIT_S:.0f} s: {', '.join(map(str, busy))}",
+              file=sys.stderr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,9 +226,10 @@ def run_sweep(
             flush=True,
         )
     _save_state(spec, command)
-    previous = signal.getsignal(signal.SIGTERM)
-    # Tune stops the experiment on SIGINT (its own handler, installed by `fit`); SIGTERM does the same.
-    signal.signal(signal.SIGTERM, lambda signum, frame: signal.getsignal(signal.SIGINT)(signal.SIGINT, frame))
+    # A trial's `dmpo train` must outlive its Ray worker long enough to write its checkpoint: Tune kills
+    # the workers of stopped trials after a few seconds, and Ray would kill their child processes too.
+    saved_env = os.environ.get(_KILL_CHILDREN)
+    os.environ[_KILL_CHILDREN] = "false"
     try:
         with ray_cluster(resources.ray_address, num_cpus=resources.num_cpus) as cluster:
             common = {
@@ -211,10 +240,20 @@ def run_sweep(
                 "keys": [r.key for r in spec.space],
                 "seed": spec.seeds[0],
             }
-            _tuner(spec, resources, common, scheduler, budget).fit()
+            # Tune stops the experiment on SIGINT (its handler, installed by `fit`); SIGTERM does the same.
+            # Installed after `ray.init`, which sets a SIGTERM handler of its own that exits at once.
+            previous = signal.signal(signal.SIGTERM, _as_sigint)
+            try:
+                _tuner(spec, resources, common, scheduler, budget).fit()
+            finally:
+                signal.signal(signal.SIGTERM, previous)
             del ray  # imported above so that a missing Ray fails before the cluster is asked for
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if saved_env is None:
+            os.environ.pop(_KILL_CHILDREN, None)
+        else:
+            os.environ[_KILL_CHILDREN] = saved_env
+    _wait_for_runs(find_trials(spec.out))
     from dmpo.sweeps.pruning import pruned_runs
 
     state = json.loads((spec.out / _STATE).read_text(encoding="utf-8"))
