@@ -61,10 +61,11 @@ def set_aside(run: Path) -> Path:
 
 def _child_signals() -> None:
     """In the child, before exec: SIGINT stops it (checkpoint, then exit), also when the worker that
-    started it dies. Ray's workers ignore SIGINT, and an ignored signal stays ignored across exec."""
+    started it dies. Ray's workers ignore SIGINT, and an ignored (or blocked) signal stays so across exec."""
     import ctypes
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
