@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -249,3 +251,55 @@ def test_an_optuna_search_prunes_trials_and_prints_the_best_flags(tmp_path):
     [best_trial] = [t for t in finished if t.final_return == best_final and t.status == "finished"]
     assert RunDirectory.open(best_trial.run).load_config(TrainConfig).agent.learner == config.agent.learner
     assert os.path.isfile(out / "results.md")
+
+
+@pytest.mark.ray
+def test_a_trial_whose_node_is_lost_is_restarted_and_resumes(tmp_path):
+    """Two Ray nodes on 127.0.0.1 (tests/two_node_cluster.py); the trial may run only on the worker node."""
+    from test_multinode import DEADLINE, Lines
+
+    token_env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+                 "PYTHONUNBUFFERED": "1", "RAY_kill_child_processes_on_worker_exit": "false"}
+    token_env.pop("RAY_AUTH_TOKEN_PATH", None)
+    driver_env = {**token_env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # as in test_multinode
+    ray_dir = tempfile.mkdtemp(prefix="dmpo-sw-", dir="/tmp")
+    script = str(Path(__file__).with_name("two_node_cluster.py"))
+    holder = subprocess.Popen([sys.executable, script, ray_dir], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=token_env)
+    output = Lines(holder)
+    sweep = None
+    out = tmp_path / "sweep"
+    try:
+        address = output.expect("ADDRESS ")
+        command = [sys.executable, "-m", "dmpo.cli", "sweep", str(out), "--ray-address", address,
+                   "--resources-per-trial", '{"worker": 1}', "--max-failures", "3", "--",
+                   "--steps", "1500", "--checkpoint-every", "125", *SMALL]
+        sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env=driver_env)
+        sweep_output = Lines(sweep)
+        run = out / "default" / "seed-0"
+        wait_for(lambda: list(run.glob("checkpoints/step_*/state.json")), "the trial's first checkpoint",
+                 DEADLINE, 0.5)
+        holder.stdin.write("kill-worker\n")
+        holder.stdin.flush()
+        assert "ray::SweepTrial" in output.expect("KILLED ")
+        holder.stdin.write("add-worker\n")
+        holder.stdin.flush()
+        output.expect("ADDED")
+        assert sweep.wait(timeout=2 * DEADLINE) == 0, "".join(sweep_output.seen)[-4000:]
+        info = json.loads((run / "run.json").read_text())
+        assert info["status"] == "finished" and len(info["resumes"]) >= 1, info
+        log = (out / ".logs" / "default__seed-0.log").read_text()
+        assert "=== resume:" in log
+    finally:
+        if sweep is not None and sweep.poll() is None:
+            sweep.kill()
+            sweep.wait(timeout=60)
+        if holder.poll() is None:
+            holder.stdin.write("stop\n")
+            holder.stdin.flush()
+        try:
+            holder.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait(timeout=30)

@@ -42,6 +42,7 @@ def sweep(
     num_cpus: int | None = None,
     cpus_per_trial: float = 1.0,
     gpus_per_trial: float = 0.0,
+    resources_per_trial: str | None = None,
     max_concurrent: int | None = None,
     max_failures: int = 2,
     threshold: float | None = None,
@@ -66,6 +67,8 @@ def sweep(
       num_cpus: CPUs of the private local cluster (default: all of this machine's).
       cpus_per_trial: CPUs Ray reserves for each trial.
       gpus_per_trial: GPUs Ray reserves for each trial.
+      resources_per_trial: custom Ray resources each trial asks for, as JSON, e.g. '{"worker": 1}' to place
+        trials on nodes started with `ray start --resources '{"worker": 4}'`.
       max_concurrent: trials running at once (default: as many as the resources allow).
       max_failures: restarts of a trial that fails (a lost node, a crash); each resumes its checkpoint.
       threshold: evaluation return for the results' time-to-threshold columns (default: known per task).
@@ -113,6 +116,7 @@ def sweep(
     for name, value in (("--num-cpus", num_cpus), ("--max-concurrent", max_concurrent)):
         if value is not None and value < 1:
             _fail(f"{name} must be a positive integer, got {value}")
+    custom = _custom_resources(resources_per_trial)
     try:
         import ray  # noqa: F401
         from ray import tune  # noqa: F401
@@ -125,7 +129,8 @@ def sweep(
             _fail("--search optuna needs Optuna; install it with: pip install 'dmpo[sweep]'")
     from dmpo.sweeps.runner import Resources, main_message, run_sweep
 
-    resources = Resources(ray_address, num_cpus, cpus_per_trial, gpus_per_trial, max_concurrent, max_failures)
+    resources = Resources(ray_address, num_cpus, cpus_per_trial, gpus_per_trial, max_concurrent, max_failures,
+                          custom)
     thresholds = {config.env: threshold} if threshold is not None else None
     command = ["dmpo", "sweep", *sys.argv[2:]] if sys.argv[1:2] == ["sweep"] else ["dmpo", "sweep", str(out)]
     outcome = run_sweep(
@@ -141,6 +146,25 @@ def sweep(
     code = main_message(outcome, spec, command)
     if code:
         raise SystemExit(code)
+
+
+def _custom_resources(text: str | None) -> dict[str, float]:
+    import json
+
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        _fail(f"--resources-per-trial must be a JSON object, e.g. '{{\"worker\": 1}}'; got {text!r} "
+              f"({error.msg})")
+    valid = isinstance(value, dict) and all(
+        isinstance(k, str) and k not in ("CPU", "GPU") and isinstance(v, (int, float)) and v >= 0
+        for k, v in value.items())
+    if not valid:
+        _fail(f"--resources-per-trial must map custom Ray resource names (not CPU/GPU: use --cpus-per-trial, "
+              f"--gpus-per-trial) to amounts >= 0; got {text!r}")
+    return {k: float(v) for k, v in value.items()}
 
 
 def _spec(out, seeds, grid, space, search, trials, metric, flags):

@@ -69,6 +69,8 @@ class Resources:
     gpus_per_trial: float = 0.0
     max_concurrent: int | None = None
     max_failures: int = 2
+    custom: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Custom Ray resources each trial asks for (to place trials on nodes that have them)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,9 +139,9 @@ def _grid_space(spec: SweepSpec, common: dict) -> dict:
 def _tuner(spec: SweepSpec, resources: Resources, common: dict, scheduler_name: str, budget: tuple[int, int]):
     from ray import tune
 
-    trainable = tune.with_resources(
-        _trainable(), {"cpu": resources.cpus_per_trial, "gpu": resources.gpus_per_trial}
-    )
+    bundle = {"CPU": resources.cpus_per_trial, "GPU": resources.gpus_per_trial, **resources.custom}
+    trainable = tune.with_resources(_trainable(), tune.PlacementGroupFactory([bundle]))
+
     storage = str((spec.out / ".tune").resolve())
     run_config = tune.RunConfig(
         name=spec.search,

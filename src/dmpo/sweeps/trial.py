@@ -23,6 +23,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,16 @@ def _child_signals() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+
+
+def _wait_until_free(run: Path) -> None:
+    """A restarted trial (its node lost) may find its previous `dmpo train` still writing the checkpoint it
+    was interrupted at: wait for the run's lock rather than fail on it."""
+    from dmpo.lifecycle.lock import is_mine_or_free
+
+    deadline = time.monotonic() + _STOP_WAIT_S
+    while not is_mine_or_free(run) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def metrics(row: dict[str, str], run: Path) -> dict[str, Any]:
@@ -121,6 +132,7 @@ class SweepTrial(tune.Trainable):
         self.reported = 0
         self.process: subprocess.Popen | None = None
         _write_point_flags(self.run.parent, point_flags)
+        _wait_until_free(self.run)
         action = trial_action(self.run)
         if action == "finished":
             return
