@@ -63,6 +63,8 @@ def run_cli(argv, capsys):
     (["--", "--run-dir", "x"], "the flags after `--` may not set ['--run-dir']"),
     (["--", "--eval-every", "0"], "--eval-every 0: a sweep reads each trial's evaluations"),
     (["--cpus-per-trial", "0"], "--cpus-per-trial must be a positive number, got 0.0"),
+    (["--resources-per-trial", "{worker: 1}"], "--resources-per-trial must be a JSON object"),
+    (["--resources-per-trial", '{"CPU": 1}'], "--resources-per-trial must map custom Ray resource names"),
 ])
 def test_bad_flags_are_one_line_naming_the_flag_before_anything_starts(argv, message, capsys, tmp_path):
     code, output = run_cli(["sweep", str(tmp_path / "out"), *argv], capsys)
