@@ -284,7 +284,7 @@ def test_a_trial_whose_node_is_lost_is_restarted_and_resumes(tmp_path):
                  DEADLINE, 0.5)
         holder.stdin.write("kill-worker\n")
         holder.stdin.flush()
-        assert "ray::SweepTrial" in output.expect("KILLED ")
+        assert "Trainable.train" in output.expect("KILLED ")  # the trial ran on the lost node
         holder.stdin.write("add-worker\n")
         holder.stdin.flush()
         output.expect("ADDED")
