@@ -419,8 +419,8 @@ def _preamble(out: Path, manifest: Manifest, this_command: str, unfinished: Sequ
         "by its span (return units); IQM: interquartile mean over seeds (with 3 seeds it equals the mean); "
         f"CI: 95% percentile bootstrap over seeds through rliable ({resamples:,} resamples, seed 0; none "
         "below 3 seeds, and with few seeds it only shows how far the seeds agree).",
-        "- env steps/s: environment steps over the wall time of the `dmpo train` processes (start-up, "
-        "compilation, evaluation and any work repeated after a resume included)"
+        "- env steps/s: environment steps over the run's own wall time at its last evaluation (its log's "
+        "`wall_seconds`: start-up, compilation and evaluation included, a resumed run's pause not counted)"
         + (f"; min / 100k steps is extrapolated from runs of {min(budgets):,} steps."
            if min(budgets) < 100_000 else "."),
     ]

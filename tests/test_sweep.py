@@ -253,6 +253,10 @@ def test_an_optuna_search_prunes_trials_and_prints_the_best_flags(tmp_path):
     [best_trial] = [t for t in finished if t.final_return == best_final and t.status == "finished"]
     assert RunDirectory.open(best_trial.run).load_config(TrainConfig).agent.learner == config.agent.learner
     assert os.path.isfile(out / "results.md")
+    before = fingerprint(out)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]  # Tune restores the search: nothing runs again
+    assert best in again.stdout.splitlines() and fingerprint(out) == before
 
 
 @pytest.mark.ray
