@@ -309,3 +309,18 @@ def test_a_trial_whose_node_is_lost_is_restarted_and_resumes(tmp_path):
         except subprocess.TimeoutExpired:
             holder.kill()
             holder.wait(timeout=30)
+
+
+@pytest.mark.ray
+def test_a_trial_may_itself_be_distributed_on_the_sweeps_cluster(tmp_path):
+    out = tmp_path / "sweep"
+    every_250 = [*SMALL[:5], "250", *SMALL[6:]]  # SMALL, evaluating every 250 steps
+    command = [sys.executable, "-m", "dmpo.cli", "sweep", str(out), "--num-cpus", "8", "--", "--actors", "1",
+               "--steps", "500", *every_250]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    run = out / "default" / "seed-0"
+    assert json.loads((run / "run.json").read_text())["status"] == "finished"
+    assert RunDirectory.open(run).load_config(TrainConfig).actors == 1
+    started = (out / ".logs" / "default__seed-0.log").read_text().splitlines()[0]
+    assert "--actors 1" in started and "--ray-address 127.0.0.1:" in started  # on the sweep's own cluster
