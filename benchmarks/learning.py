@@ -6,10 +6,11 @@
     .venv/bin/python benchmarks/learning.py --tasks gym:HalfCheetah-v5 --seeds 0 1 2 --out bench/gym \\
         -- --agent.networks.vmin -500 --agent.networks.vmax 1500   # after `--`: flags for every run
 
-Each (preset, task, seed) is one `dmpo train` process (`python -m dmpo.cli train`), `--jobs` at a time,
-laid out under --out as `benchtools.runs` describes (runs/<preset>/<task>/seed-<S>/, output/ logs,
-bench.json). It then writes, from the finished runs the command names (with --summarise-only: every
-finished run under --out, or those --tasks / --preset / --seeds name):
+Each preset is one `dmpo sweep` (`python -m dmpo.cli sweep`) into --out/runs/<preset>, its tasks a grid
+over `--env` and its seeds the sweep's: every (task, seed) is an ordinary `dmpo train` run directory
+runs/<preset>/env=<task>/seed-<S>/ (`:` in the task is `_`), run as a Ray Tune trial, `--jobs` at a time;
+bench.json records the commands. It then writes, from the finished runs the command names (with
+--summarise-only: every finished run under --out, or those --tasks / --preset / --seeds name):
 
     results.csv   one row per (task, preset): final and area-under-curve return, mean / IQM and 95% CI
     runs.csv      one row per run
@@ -23,11 +24,11 @@ finished run under --out, or those --tasks / --preset / --seeds name):
                   (`benchtools.time_to_score.DEFAULT_THRESHOLDS`, or --threshold TASK=VALUE)
 
 The figures are defined in `benchtools.results`. Running the same command again continues an interrupted
-benchmark: finished runs are skipped, unfinished ones resumed from their checkpoint (`dmpo train
---resume`); a folder without a checkpoint is renamed `seed-<S>.incomplete-<k>` (kept) and started again.
-A run folder made with other settings (budget, preset, evaluation, extra flags) is an error before
-anything starts: use another --out. Speed is environment steps over the wall time of the `dmpo train`
-processes (start-up, compilation and evaluation included); runs sharing the machine (--jobs > 1) each
+benchmark, as `dmpo sweep` does: finished runs are left as they are, unfinished ones resumed from their
+checkpoint; a folder without a checkpoint is renamed `seed-<S>.incomplete-<k>` (kept) and started again.
+A preset's sweep folder made with other settings (budget, evaluation, extra flags) is an error before
+anything starts: use another --out. Speed is environment steps over the run's own wall time (its log's
+`wall_seconds`: start-up, compilation and evaluation included); runs sharing the machine (--jobs > 1) each
 run slower.
 """
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import platform
@@ -48,6 +50,7 @@ from pathlib import Path
 
 from benchtools.results import (
     RunResult,
+    find_runs,
     plot_benchmark,
     plot_wallclock,
     read_run,
@@ -56,20 +59,10 @@ from benchtools.results import (
     write_results_csv,
     write_runs_csv,
 )
-from benchtools.runs import (
-    Manifest,
-    PlannedRun,
-    exclusive,
-    find_runs,
-    now_iso,
-    plan_action,
-    raise_interrupt,
-    run_all,
-    task_folder,
-)
 from benchtools.time_to_score import (
     DEFAULT_THRESHOLDS,
     RunTime,
+    evaluation_times,
     parse_thresholds,
     run_time,
     time_to_score_csv,
@@ -118,6 +111,62 @@ def _shown(path: str) -> str:
     with contextlib.suppress(ValueError):
         return os.path.relpath(path) if Path(path).absolute().is_relative_to(Path.cwd()) else path
     return path
+
+
+def now_iso() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+class Manifest:
+    """bench.json: the commands that launched the benchmark (time, commit, machine, `dmpo sweep` commands)."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / "bench.json"
+        self.data: dict = {"commands": []}
+        if self.path.is_file():
+            self.data = {"commands": json.loads(self.path.read_text(encoding="utf-8")).get("commands", [])}
+
+    def add_command(self, entry: dict) -> None:
+        from dmpo.lifecycle.directory import atomic_write_json
+
+        self.data["commands"].append(entry)
+        atomic_write_json(self.path, self.data)
+
+
+def sweep_command(out: Path, preset: str, args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
+    """The `dmpo sweep` of one preset: its tasks as a grid over --env, its seeds, into `out/runs/<preset>`."""
+    flags = train_settings("TASK", "SEED", args, preset, extra)[4:]  # without --env TASK --seed SEED
+    return [sys.executable, "-m", "dmpo.cli", "sweep", str(out / "runs" / preset),
+            "--seeds", *map(str, args.seeds), "--grid", "env=" + ",".join(args.tasks),
+            "--max-concurrent", str(args.jobs), "--", *flags]
+
+
+def _passing_sigint_to(process: subprocess.Popen):
+    return lambda signum, frame: process.send_signal(signal.SIGINT)
+
+
+def run_sweeps(out: Path, args: argparse.Namespace, extra: Sequence[str]) -> tuple[int, list[str]]:
+    """Runs one `dmpo sweep` per preset, in turn; returns (130 if stopped else 0, presets that failed).
+
+    A Ctrl-C reaches the sweep too (same process group) and a SIGTERM is passed on to it as SIGINT: the
+    sweep stops its trials resumably, and so does this tool."""
+    failed = []
+    for preset in args.preset:
+        command = sweep_command(out, preset, args, extra)
+        print(f"preset {preset}: {shlex.join(command)}", flush=True)
+        process = subprocess.Popen(command)
+        previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                    signal.SIGTERM: signal.signal(signal.SIGTERM, _passing_sigint_to(process))}
+        try:
+            code = process.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if code in (130, -signal.SIGINT, -signal.SIGTERM):
+            return 130, failed
+        if code != 0:
+            failed.append(preset)
+    return 0, failed
 
 
 # ---------------------------------------------------------------------------------------- arguments
@@ -239,15 +288,28 @@ def _machine() -> str:
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, load average {load}"
 
 
+def _task_of(run: Path) -> str | None:
+    try:
+        return json.loads((run / "config.json").read_text(encoding="utf-8"))["config"]["env"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _logged_wall_seconds(run: Path) -> float | None:
+    """The run's own wall time at its last evaluation (`wall_seconds`, carried across resumes)."""
+    times = evaluation_times(run)
+    return float(times.wall_seconds[-1]) if times.wall_seconds is not None and len(times.steps) else None
+
+
 def collect(out: Path, manifest: Manifest, args: argparse.Namespace) -> tuple[list[RunResult], list[str]]:
     """The finished runs under `out` that --tasks / --preset / --seeds name (all where not given), and
     the names of those that are not finished or cannot be read."""
-    tasks = {task_folder(t) for t in args.tasks} if args.tasks else None
     seeds = {f"seed-{s}" for s in args.seeds} if args.seeds is not None else None
     results, unfinished = [], []
     for preset, path in find_runs(out):
         wanted = ((not args.preset or preset in args.preset)
-                  and (tasks is None or path.parent.name in tasks) and (seeds is None or path.name in seeds))
+                  and (not args.tasks or _task_of(path) in args.tasks)
+                  and (seeds is None or path.name in seeds))
         if not wanted:
             continue
         key = path.relative_to(out / "runs").as_posix()
@@ -257,7 +319,7 @@ def collect(out: Path, manifest: Manifest, args: argparse.Namespace) -> tuple[li
             unfinished.append(f"{key} ({status})")
             continue
         try:
-            results.append(read_run(path, preset, wall_seconds=manifest.wall_seconds(key)))
+            results.append(read_run(path, preset, wall_seconds=_logged_wall_seconds(path)))
         except (OSError, ValueError) as error:
             unfinished.append(f"{key} (unreadable: {error})")
     order = [*(args.tasks or ()), *(t for c in manifest.data["commands"] for t in c.get("tasks", ()))]
@@ -274,12 +336,12 @@ def collect(out: Path, manifest: Manifest, args: argparse.Namespace) -> tuple[li
 def collect_times(out: Path, args: argparse.Namespace) -> list[RunTime]:
     """Every run under `out` that --tasks / --preset / --seeds name and that has logged an evaluation,
     finished or not, with when it first reached its task's threshold."""
-    tasks = {task_folder(t) for t in args.tasks} if args.tasks else None
     seeds = {f"seed-{s}" for s in args.seeds} if args.seeds is not None else None
     rows = []
     for preset, path in find_runs(out):
         wanted = ((not args.preset or preset in args.preset)
-                  and (tasks is None or path.parent.name in tasks) and (seeds is None or path.name in seeds))
+                  and (not args.tasks or _task_of(path) in args.tasks)
+                  and (seeds is None or path.name in seeds))
         if not wanted or not (path / "config.json").is_file():
             continue
         train = json.loads((path / "config.json").read_text(encoding="utf-8")).get("config", {})
@@ -357,8 +419,8 @@ def _preamble(out: Path, manifest: Manifest, this_command: str, unfinished: Sequ
         "by its span (return units); IQM: interquartile mean over seeds (with 3 seeds it equals the mean); "
         f"CI: 95% percentile bootstrap over seeds through rliable ({resamples:,} resamples, seed 0; none "
         "below 3 seeds, and with few seeds it only shows how far the seeds agree).",
-        "- env steps/s: environment steps over the wall time of the `dmpo train` processes (start-up, "
-        "compilation, evaluation and any work repeated after a resume included)"
+        "- env steps/s: environment steps over the run's own wall time at its last evaluation (its log's "
+        "`wall_seconds`: start-up, compilation and evaluation included, a resumed run's pause not counted)"
         + (f"; min / 100k steps is extrapolated from runs of {min(budgets):,} steps."
            if min(budgets) < 100_000 else "."),
     ]
@@ -444,48 +506,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     for preset in args.preset:  # bad flags fail here, before any run starts
         what = f"--preset {preset}" + (" with the flags after `--`" if extra else "")
         check_train_flags(train_settings(args.tasks[0], 0, args, preset, extra), what)
+    _check_tasks(args.tasks)
     out.mkdir(parents=True, exist_ok=True)
-    with exclusive(out):
-        manifest = Manifest(out)
-        plan = [PlannedRun(preset, task, seed, train_settings(task, seed, args, preset, extra), out)
-                for preset in args.preset for task in args.tasks for seed in args.seeds]
-        actions, conflicts = [], []
-        for run in plan:
-            try:
-                actions.append(plan_action(run))
-            except ValueError as error:
-                conflicts.append(str(error))
-        if conflicts:
-            raise SystemExit("learning.py: error: --out already holds runs with other settings "
-                             "(use another --out):\n  " + "\n  ".join(conflicts))
-        todo = [(run, action) for run, action in zip(plan, actions, strict=True) if action != "skip"]
-        counts = {a: actions.count(a) for a in ("skip", "resume", "restart", "start") if a in actions}
-        print(f"{len(plan)} runs in {out}: " + ", ".join(f"{n} {a}" for a, n in counts.items()), flush=True)
-        if todo:
-            _check_tasks(sorted({run.task for run, _ in todo}))
-            templates = {p: shlex.join(["dmpo", "train", *train_settings("TASK", "SEED", args, p, extra)])
-                         for p in args.preset}
-            manifest.add_command({"time": now_iso(), "command": this_command, "commit": _git_commit(),
-                                  "machine": _machine(), "jobs": args.jobs, "tasks": args.tasks,
-                                  "presets": args.preset, "train_commands": templates})
-            # A job started in the background (`cmd &`) inherits an ignored SIGINT, and so would the runs:
-            # Python's own handler here makes Ctrl-C / kill -INT work and gives the runs the default one.
-            previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, raise_interrupt),
-                        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
-            try:
-                failed = run_all(todo, args.jobs, manifest)
-            except KeyboardInterrupt:
-                print(f"stopped; the same command continues the benchmark: {this_command}", file=sys.stderr)
-                return 130
-            finally:
-                for signum, handler in previous.items():
-                    signal.signal(signum, handler)
-        else:
-            failed = []
-        status = _summarise_folder(args, manifest, this_command)
+    manifest = Manifest(out)
+    manifest.add_command({"time": now_iso(), "command": this_command, "commit": _git_commit(),
+                          "machine": _machine(), "jobs": args.jobs, "tasks": args.tasks,
+                          "presets": args.preset,
+                          "sweeps": {p: shlex.join(["dmpo", *sweep_command(out, p, args, extra)[3:]])
+                                     for p in args.preset},
+                          "train_commands": {p: shlex.join(["dmpo", "train", *train_settings(
+                              "TASK", "SEED", args, p, extra)]) for p in args.preset}})
+    stopped, failed = run_sweeps(out, args, extra)
+    if stopped:
+        print(f"stopped; the same command continues the benchmark: {this_command}", file=sys.stderr)
+        return stopped
+    status = _summarise_folder(args, manifest, this_command)
     if failed:
-        print(f"learning.py: {len(failed)} run(s) failed: {', '.join(r.key for r in failed)}; logs under "
-              f"{out / 'output'}", file=sys.stderr)
+        print(f"learning.py: the sweeps of preset(s) {', '.join(failed)} failed; their trials' output is "
+              f"under {out / 'runs'}/<preset>/.logs", file=sys.stderr)
         return 1
     return status
 

@@ -38,8 +38,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchtools.results import RunResult, normalised_auc, results_markdown, summarise  # noqa: E402
-from benchtools.runs import find_runs  # noqa: E402
+from benchtools.results import (  # noqa: E402
+    RunResult,
+    find_runs,
+    normalised_auc,
+    results_markdown,
+    summarise,
+)
 from benchtools.time_to_score import (  # noqa: E402
     DEFAULT_THRESHOLDS,
     EvaluationTimes,

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchtools.runs import find_runs
+from benchtools.results import find_runs
 from benchtools.time_to_score import evaluation_times
 
 # (column of logs/learner/logs.csv, header, digits)

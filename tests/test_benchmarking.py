@@ -4,14 +4,12 @@ the results files, and the launcher's planning, scheduling and argument errors â
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from benchtools import runs as benchmark_runs
 from benchtools.results import (
     bootstrap_ci,
     normalised_auc,
@@ -21,7 +19,6 @@ from benchtools.results import (
     summarise,
     write_results_csv,
 )
-from benchtools.runs import Manifest, PlannedRun, plan_action, run_all, set_aside
 from dmpo.config import AGENT_PRESETS, DMPOConfig, TrainConfig, control_suite_preset, sample_efficient_preset
 from dmpo.lifecycle.directory import RunDirectory
 from dmpo.reporting.logging import CSVLogger
@@ -212,65 +209,6 @@ def test_results_files_and_figure(tmp_path):
         plot_benchmark({"t": {"c": [tmp_path]}}, tmp_path / "bad.png")
 
 
-# ------------------------------------------------------------------------------------------- planning
-
-SETTINGS = ("--env", "dmc:cartpole-swingup", "--seed", "0", "--steps", "3000", "--eval-every", "1500",
-            "--eval-episodes", "1")
-
-
-def planned(out: Path, settings=SETTINGS, seed: int = 0) -> PlannedRun:
-    return PlannedRun("default", "dmc:cartpole-swingup", seed, tuple(settings), out)
-
-
-def recorded_command(run: PlannedRun) -> list[str]:
-    return ["/x/dmpo/cli/main.py", "train", *run.settings, "--run-dir", str(run.path), "--no-progress"]
-
-
-def test_plan_actions(tmp_path):
-    run = planned(tmp_path)
-    assert run.path == tmp_path / "runs" / "default" / "dmc-cartpole-swingup" / "seed-0"
-    assert plan_action(run) == "start"
-    make_run(run.path, command=recorded_command(run))
-    assert plan_action(run) == "skip"
-    RunDirectory.open(run.path).set_status("interrupted")
-    assert plan_action(run) == "restart"  # no checkpoint to resume from
-    (run.path / "checkpoints" / "step_000000001000").mkdir(parents=True)
-    (run.path / "checkpoints" / "step_000000001000" / "state.json").write_text("{}")
-    assert plan_action(run) == "resume"
-    other = planned(tmp_path, settings=[*SETTINGS[:5], "100000", *SETTINGS[6:]])
-    with pytest.raises(ValueError, match="seed-0 was made by `dmpo train .*--steps 3000"):
-        plan_action(other)
-
-
-def test_set_aside_keeps_the_folder_and_its_timing(tmp_path):
-    run = planned(tmp_path)
-    run.path.mkdir(parents=True)
-    (run.path / "note.txt").write_text("kept")
-    manifest = Manifest(tmp_path)
-    manifest.add_attempt(run.key, {"seconds": 5.0})
-    assert plan_action(run) == "restart"
-    aside = set_aside(run, manifest)
-    assert aside.name == "seed-0.incomplete-1" and (aside / "note.txt").read_text() == "kept"
-    assert not run.path.exists() and manifest.wall_seconds(run.key) is None
-    assert Manifest(tmp_path).wall_seconds(f"{run.key}.incomplete-1") == 5.0
-
-
-def test_run_all_runs_jobs_at_once_and_reports_failures(tmp_path, monkeypatch):
-    runs = [planned(tmp_path, seed=s) for s in range(3)]
-    exits = {0: 0, 1: 3, 2: 0}
-    def command(run, action):
-        return [sys.executable, "-c", f"print('run {run.seed}'); raise SystemExit({exits[run.seed]})"]
-
-    monkeypatch.setattr(benchmark_runs, "_command", command)
-    manifest = Manifest(tmp_path)
-    failed = run_all([(r, "start") for r in runs], jobs=2, manifest=manifest)
-    assert failed == [runs[1]]
-    saved = Manifest(tmp_path).data["runs"]
-    assert [saved[r.key]["attempts"][0]["returncode"] for r in runs] == [0, 3, 0]
-    assert all(saved[r.key]["attempts"][0]["jobs"] == 2 for r in runs)
-    assert "run 2" in runs[2].log.read_text()
-
-
 # ---------------------------------------------------------------------------------------- the script
 
 
@@ -325,13 +263,12 @@ def test_bad_train_flags_fail_before_anything_starts(learning, tmp_path):
 
 
 def fake_benchmark(learning, out: Path, seeds=(0, 1)) -> list[str]:
+    """Finished runs where `dmpo sweep` puts them: runs/<preset>/env=<task>/seed-<S>."""
     argv = ["--out", str(out), "--tasks", "dmc:cartpole-swingup", "--steps", "3000", "--eval-every", "1500",
             "--eval-episodes", "1", "--seeds", *map(str, seeds)]
-    args, extra = learning.parse_args(argv)
     for seed in seeds:
-        run = PlannedRun("fast", "dmc:cartpole-swingup", seed,
-                         learning.train_settings("dmc:cartpole-swingup", seed, args, "fast", extra), out)
-        make_run(run.path, seed=seed, returns=(10.0, 50.0 + seed), every=1500, command=recorded_command(run))
+        make_run(out / "runs" / "fast" / "env=dmc_cartpole-swingup" / f"seed-{seed}", seed=seed,
+                 returns=(10.0, 50.0 + seed), every=1500)
     return argv
 
 
@@ -339,13 +276,19 @@ def test_finished_runs_are_skipped_and_summarised(learning, tmp_path, monkeypatc
     out = tmp_path / "bench"
     argv = fake_benchmark(learning, out)
 
-    def no_training(*args, **kwargs):
-        raise AssertionError("a finished run was started again")
+    launched = []
 
-    monkeypatch.setattr(learning, "run_all", no_training)
+    def sweeps_done(out, args, extra):  # stands for `dmpo sweep` finding every run finished
+        launched.extend(learning.sweep_command(out, preset, args, extra) for preset in args.preset)
+        return 0, []
+
+    monkeypatch.setattr(learning, "run_sweeps", sweeps_done)
     assert learning.main(argv) == 0
-    printed = capsys.readouterr().out
-    assert f"2 runs in {out}: 2 skip" in printed
+    [command] = launched
+    assert command[3:8] == ["sweep", str(out / "runs" / "fast"), "--seeds", "0", "1"]
+    assert command[8:10] == ["--grid", "env=dmc:cartpole-swingup"]
+    assert command[command.index("--") + 1:] == ["--steps", "3000", "--eval-every", "1500", "--eval-episodes",
+                                                 "1", "--preset", "fast"]
     table = (out / "results.md").read_text()
     assert "| dmc:cartpole-swingup | fast | 2 (0, 1) | **50.5** |" in table
     assert "benchmarks/learning.py --out" in table  # the command that wrote the table
@@ -368,45 +311,6 @@ def test_finished_runs_are_skipped_and_summarised(learning, tmp_path, monkeypatc
     assert "| dmc:cartpole-swingup | reference | 30 | 1/1 | 3,000 |" in table
     assert "seed 0: 3,000 / ? (running, 3,000)" in table  # no wall_seconds column and no TensorBoard file
     assert (out / "time_to_score.csv").read_text().count("\n") == 4
-
-
-def test_a_folder_with_other_settings_is_refused(learning, tmp_path, monkeypatch):
-    out = tmp_path / "bench"
-    argv = fake_benchmark(learning, out, seeds=(0,))
-    monkeypatch.setattr(learning, "run_all", lambda *a, **k: pytest.fail("started a run"))
-    with pytest.raises(SystemExit, match="(?s)other settings.*seed-0 was made by"):
-        learning.main([*argv, "--", "--agent.batch-size", "128"])
-
-
-def test_an_interrupt_passes_one_sigint_to_each_run_and_waits_for_it(tmp_path, monkeypatch):
-    run = planned(tmp_path)
-    ready, stopped = tmp_path / "ready", tmp_path / "stopped"
-    child = (f"import pathlib, signal, time\n"
-             f"signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-             f"try:\n    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(60)\n"
-             f"except KeyboardInterrupt:\n    pathlib.Path({str(stopped)!r}).touch()\n"
-             f"    raise SystemExit(5)\n")
-    monkeypatch.setattr(benchmark_runs, "_command", lambda run, action: [sys.executable, "-c", child])
-    real_sleep = benchmark_runs.time.sleep
-    pressed = []
-
-    def ctrl_c_once_running(seconds):  # stands for the user's Ctrl-C, once the run is up
-        if pressed:  # later sleeps (subprocess's wait loop among them) are real
-            return real_sleep(seconds)
-        for _ in range(600):
-            if ready.exists():
-                pressed.append(True)
-                raise KeyboardInterrupt
-            real_sleep(0.05)
-        pytest.fail("the run never started")
-
-    monkeypatch.setattr(benchmark_runs.time, "sleep", ctrl_c_once_running)
-    monkeypatch.setattr(benchmark_runs, "_INTERRUPT_WAIT_S", 20)  # a run never signalled fails in 20 s
-    manifest = Manifest(tmp_path)
-    with pytest.raises(KeyboardInterrupt):
-        run_all([(run, "start")], jobs=1, manifest=manifest)
-    assert stopped.exists()  # the run saw SIGINT and could clean up (a real one writes a checkpoint)
-    assert Manifest(tmp_path).data["runs"][run.key]["attempts"][0]["returncode"] == 5
 
 
 def test_learning_benchmark_passes_actors_to_dmpo_train(learning):

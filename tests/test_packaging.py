@@ -48,7 +48,7 @@ def test_the_lock_satisfies_every_range_and_holds_the_extras():
     locked = locked_versions()
     extras = project()["optional-dependencies"]
     tested_extras = [*extras["distributed"], *extras["dev"], *extras["wandb"], *extras["mlflow"],
-                     *extras["export"], *extras["bench"]]
+                     *extras["export"], *extras["bench"], *extras["sweep"]]
     for spec in [*project()["dependencies"], *tested_extras]:
         req = Requirement(spec)
         name = canonical(req.name)

@@ -37,6 +37,7 @@ __all__ = [
     "GroupSummary",
     "RunResult",
     "bootstrap_ci",
+    "find_runs",
     "normalised_auc",
     "plot_benchmark",
     "plot_wallclock",
@@ -47,6 +48,14 @@ __all__ = [
     "write_results_csv",
     "write_runs_csv",
 ]
+
+
+def find_runs(out: Path) -> list[tuple[str, Path]]:
+    """(preset, folder) of every run folder `out/runs/<preset>/<task or grid point>/seed-<S>` (folders
+    set aside as `.incomplete-<k>` excluded): `benchmarks/learning.py` runs one `dmpo sweep` per preset
+    into `out/runs/<preset>`, whose trials lie at `env=<task>/seed-<S>`."""
+    return [(path.parent.parent.name, path) for path in sorted((out / "runs").glob("*/*/seed-*"))
+            if path.is_dir() and ".incomplete-" not in path.name]
 
 
 def _resample_counts(n: int, resamples: int, seed: int) -> np.ndarray:

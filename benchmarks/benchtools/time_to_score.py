@@ -30,17 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
+from dmpo.sweeps.results import DEFAULT_THRESHOLDS
+
 __all__ = ["DEFAULT_THRESHOLDS", "EvaluationTimes", "RunTime", "evaluation_times", "parse_thresholds",
            "run_time", "time_to_score", "time_to_score_csv", "time_to_score_markdown"]
 
-# Evaluation return (policy mean) to reach per task. The first three are the time-to-score comparison's;
-# ball_in_cup-catch is chosen as a fourth, quick-to-learn task, 900 being near its maximum of 1000.
-DEFAULT_THRESHOLDS: dict[str, float] = {
-    "dmc:cartpole-swingup": 800.0,
-    "dmc:walker-walk": 700.0,
-    "dmc:cheetah-run": 500.0,
-    "dmc:ball_in_cup-catch": 900.0,
-}
+# Evaluation return (policy mean) to reach per task: `dmpo sweep`'s own (its results table reports it too).
 
 _LENGTH = struct.Struct("<Q")
 

@@ -1,4 +1,4 @@
-"""The `dmpo` command: `train`, `eval`, `plot`, `export` and `check-env`.
+"""The `dmpo` command: `train`, `eval`, `plot`, `export`, `check-env` and `sweep`.
 
     dmpo train --env dmc:cartpole-swingup --steps 100000 --seed 0
     dmpo train --resume runs/20261202-120000 --steps 200000   (extend a run)
@@ -6,6 +6,7 @@
     dmpo plot runs/a runs/b -o curves.png
     dmpo check-env my_pkg.envs:make_env          (what the agent will see, or why it cannot learn it)
     dmpo export runs/20261202-120000 --format onnx -o policy.onnx
+    dmpo sweep sweeps/ns --seeds 0 1 2 --grid agent.learner.num-samples=10,20 -- --env dmc:walker-walk
 
 Every option of `train` comes from `dmpo.config.TrainConfig` (nested: `--agent.batch-size`,
 `--agent.learner.discount`, ...); `dmpo train --help` lists them with their defaults.
@@ -427,10 +428,10 @@ def plot(
     title: str | None = None,
 ) -> None:
     """Plot learning curves of one or more runs: runs whose configs differ only in seed and --steps
-    are averaged, their spread shaded.
+    are averaged, their spread shaded. A `dmpo sweep` folder: one curve per grid point, its band over seeds.
 
     Args:
-      runs: run directories.
+      runs: run directories, or one sweep folder.
       output: PNG file to write.
       x: column for the x axis.
       y: column for the y axis (default: return_mean for the evaluator, episode_return otherwise).
@@ -441,19 +442,32 @@ def plot(
       title: the plot's title (default: the task(s), the y column and the log).
     """
     from dmpo.reporting.plotting import plot_runs
+    from dmpo.sweeps.results import sweep_runs
 
     if not runs:
         _fail("give at least one run directory")
+    group_by = None
+    if any((run / "sweep.json").is_file() for run in runs):  # a sweep folder: one curve per grid point
+        if len(runs) > 1:
+            _fail("give one sweep folder, or run directories")
+        folder, runs = runs[0], tuple(sweep_runs(runs[0]))
+        if not runs:
+            _fail(f"the sweep {folder} has no trial with an evaluation yet")
+        group_by = _grid_point
     _check_output("--output", output)
     y = y or ("return_mean" if label == "evaluator" else "episode_return")
     if smooth < 1:
         _fail(f"--smooth must be a positive integer, got {smooth}")
     try:
         path = plot_runs(list(runs), output, x=x, y=y, label_source=label, spread=band, smoothing=smooth,
-                         per_seed=per_seed, title=title)
+                         per_seed=per_seed, title=title, group_by=group_by)
     except (OSError, ValueError, KeyError) as error:  # OSError: its message names the path
         _fail(str(error))
     print(f"wrote {path}")
+
+
+def _grid_point(run: Path) -> str:
+    return run.parent.name
 
 
 def check_env(
@@ -572,8 +586,11 @@ def _run_command(argv: list[str] | None) -> None:
             train_command = functools.partial(train, config=TrainConfig(agent=AGENT_PRESETS[preset]()))
         else:
             train_command = train
+        from dmpo.sweeps.command import split_train_flags, sweep
+
+        args, sweep_train_flags = split_train_flags(args) if args[:1] == ["sweep"] else (args, ())
         commands = {"train": train_command, "eval": evaluate, "plot": plot, "export": export,
-                    "check-env": check_env}
+                    "check-env": check_env, "sweep": functools.partial(sweep, train_flags=sweep_train_flags)}
         _check_flags_known(args, commands)
         with parsing_flags():  # a bad value is reported below, naming its flag, not in tyro's panel
             tyro.extras.subcommand_cli_from_dict(
