@@ -5,7 +5,9 @@
 
 The run is a `TrainConfig`, read as the single-process trainer reads it: `steps` environment steps,
 a checkpoint every `checkpoint_every` and an evaluation round of `eval_episodes` every
-`eval_every` environment steps (one per crossed boundary), `keep_checkpoints`, replay contents in
+`eval_every` environment steps (`dmpo.lifecycle.schedule`: the acting nodes check the schedule
+with the shared count at their episode ends; the counter service holds it, asks the learner for the
+variables a due round scores and has a due checkpoint written), `keep_checkpoints`, replay contents in
 checkpoints and restored on resume when `save_replay`, none at all when `DMPOConfig.checkpoint` is
 off. `overlap_learner` has no meaning here (the learner always has its own node) and is refused by
 `TrainConfig`. `ProgramOptions` holds the layout-only knobs and the optional wall-clock periods.
@@ -317,31 +319,39 @@ class DistributedProgram:
         if period is not None and time.monotonic() - self._last_save_time >= period:
             self.request_checkpoint()
 
-    def _take_due(self, timeout: float | None) -> None:
+    def _take_due(self, timeout: float | None, evaluations: bool = True) -> None:
         """Acts on the events the counter service collected (one `take_due` call in flight; `timeout`
-        None: wait for every event due so far, when stopping)."""
+        None: wait for every event due so far, when stopping; `evaluations` False: report the
+        checkpoints written but queue no more rounds)."""
         if self.counter is None:
             return
-        if self._due_ref is None:
-            self._due_ref = self.counter.take_due.remote()
-        if timeout is None:
-            answer = get_quietly(self._due_ref, self.options.stop_timeout_seconds) or ([], [])
+        if timeout is None:  # the call in flight (sent earlier) and one more for what came since
+            calls = [ref for ref in (self._due_ref, self.counter.take_due.remote()) if ref is not None]
+            answers = [get_quietly(ref, self.options.stop_timeout_seconds) or ([], []) for ref in calls]
         else:
+            if self._due_ref is None:
+                self._due_ref = self.counter.take_due.remote()
             ready, _ = ray.wait([self._due_ref], timeout=timeout)
             if not ready:
                 return
-            answer = ray.get(self._due_ref)
+            try:
+                answers = [ray.get(self._due_ref)]
+            except Exception as error:
+                raise NodeFailure(self._failure_message("counter", error)) from error
         self._due_ref = None
-        events, returns = answer
-        self.episode_returns.extend(returns)
+        events = sorted((event for answer in answers for event in answer[0]), key=lambda event: event[1])
+        for _, returns in answers:
+            self.episode_returns.extend(returns)
         for event, steps, refs in events:
-            if event == "evaluation":
+            if event == "evaluation" and evaluations:
                 self._request_evaluation(steps, refs)
             elif event == "checkpoint":  # written already, at the boundary (counter_service)
                 self._last_save_time = time.monotonic()
                 try:
                     path = ray.get(refs[0], timeout=self.options.stop_timeout_seconds)
                 except Exception as error:
+                    if timeout is None:  # stopping: the final checkpoint decides the run's status
+                        continue
                     raise NodeFailure(self._failure_message("learner", error)) from error
                 self.events.checkpoint_written(path)
 
@@ -529,10 +539,12 @@ class DistributedProgram:
 
     def _finish_evaluations(self, status: str, timeout: float) -> None:
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
+        # What the last episodes found due: checkpoints (written) are reported; rounds run only at the
+        # end of a finished run.
+        self._take_due(timeout=None, evaluations=status == "finished" and not self.events.stop_requested)
         if self.evaluator is not None:
             final_step = int((counts or self.counts).get("actor_steps", 0))
             if status == "finished" and self.config.eval_every and not self.events.stop_requested:
-                self._take_due(timeout=None)  # boundaries the last episodes crossed
                 if self._last_eval_step != final_step:
                     self._request_evaluation(final_step)  # the final evaluation, as in one process
                 self._send_evaluations(everything=True)
