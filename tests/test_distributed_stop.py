@@ -82,7 +82,7 @@ def silent_program(monkeypatch, tmp_path: Path, actors: int) -> tuple[Distribute
         _rows=types.SimpleNamespace(drain=clock.wait), _eval_queue=[], _requests_sent=0, _run=None,
         events=Events(), evaluations=0, counts={}, _actor_results=[], actor_restarts=0,
         _evaluator_returns=[], evaluation_rows=[], replay_history=[], _started_at=None, status=None,
-        _due_ref=None)
+        _due_ref=None, episode_returns=[])
     return program, calls, clock
 
 

@@ -60,9 +60,12 @@ class CounterService:
             save = None
             if due.checkpoint is not None and self._learner is not None:
                 save = self._learner.save.remote(self._evaluations, before_steps=self._schedule.total_steps)
-                self._due.append(("checkpoint", due.checkpoint, [save]))
         if save is not None:  # outside the lock: other nodes' checks go on meanwhile
-            ray.wait([save], timeout=None)  # an error is the driver's to report (take_due)
+            # However long the save takes (a large replay table): the driver hears of it once written,
+            # so a slow save is never taken for a dead learner; an error is the driver's to report.
+            ray.wait([save], timeout=None)
+            with self._schedule_lock:
+                self._due.append(("checkpoint", due.checkpoint, [save]))
 
     def take_due(self) -> tuple[list[tuple[str, int, list[Any]]], list[float]]:
         """The events that fell due since the last call, in order, and the episode returns since then

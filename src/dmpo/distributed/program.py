@@ -5,7 +5,9 @@
 
 The run is a `TrainConfig`, read as the single-process trainer reads it: `steps` environment steps,
 a checkpoint every `checkpoint_every` and an evaluation round of `eval_episodes` every
-`eval_every` environment steps (one per crossed boundary), `keep_checkpoints`, replay contents in
+`eval_every` environment steps (`dmpo.lifecycle.schedule`: the acting nodes check the schedule
+with the shared count at their episode ends; the counter service holds it, asks the learner for the
+variables a due round scores and has a due checkpoint written), `keep_checkpoints`, replay contents in
 checkpoints and restored on resume when `save_replay`, none at all when `DMPOConfig.checkpoint` is
 off. `overlap_learner` has no meaning here (the learner always has its own node) and is refused by
 `TrainConfig`. `ProgramOptions` holds the layout-only knobs and the optional wall-clock periods.
@@ -48,7 +50,7 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -348,31 +350,45 @@ class DistributedProgram:
         elif self._checkpoint_wanted:  # a save came due while the previous one was still written
             self.request_checkpoint()
 
-    def _take_due(self, timeout: float | None) -> None:
+    def _take_due(self, timeout: float | None, evaluations: bool = True,
+                  wait: Callable[[], float] | None = None) -> None:
         """Acts on the events the counter service collected (one `take_due` call in flight; `timeout`
-        None: wait for every event due so far, when stopping)."""
+        None: wait for every event due so far, when stopping, each wait at most `wait()` seconds (the
+        stop's deadline; default the stop timeout); `evaluations` False: report the checkpoints written
+        but queue no more rounds)."""
         if self.counter is None:
             return
-        if self._due_ref is None:
-            self._due_ref = self.counter.take_due.remote()
-        if timeout is None:
-            answer = get_quietly(self._due_ref, self.options.stop_timeout_seconds) or ([], [])
+
+        def seconds() -> float:
+            return wait() if wait is not None else self.options.stop_timeout_seconds
+
+        if timeout is None:  # the call in flight (sent earlier) and one more for what came since
+            calls = [ref for ref in (self._due_ref, self.counter.take_due.remote()) if ref is not None]
+            answers = [get_quietly(ref, seconds()) or ([], []) for ref in calls]
         else:
+            if self._due_ref is None:
+                self._due_ref = self.counter.take_due.remote()
             ready, _ = ray.wait([self._due_ref], timeout=timeout)
             if not ready:
                 return
-            answer = ray.get(self._due_ref)
+            try:
+                answers = [ray.get(self._due_ref)]
+            except Exception as error:
+                raise NodeFailure(self._failure_message("counter", error)) from error
         self._due_ref = None
-        events, returns = answer
-        self.episode_returns.extend(returns)
+        events = sorted((event for answer in answers for event in answer[0]), key=lambda event: event[1])
+        for _, returns in answers:
+            self.episode_returns.extend(returns)
         for event, steps, refs in events:
-            if event == "evaluation":
+            if event == "evaluation" and evaluations:
                 self._request_evaluation(steps, refs)
             elif event == "checkpoint":  # written already, at the boundary (counter_service)
                 self._last_save_time = time.monotonic()
                 try:
-                    path = ray.get(refs[0], timeout=self.options.stop_timeout_seconds)
+                    path = ray.get(refs[0], timeout=seconds())
                 except Exception as error:
+                    if timeout is None:  # stopping: the final checkpoint decides the run's status
+                        continue
                     raise NodeFailure(self._failure_message("learner", error)) from error
                 self.events.checkpoint_written(path)
 
@@ -559,6 +575,8 @@ class DistributedProgram:
             call_quietly(handle, "stop")
         self._finish_evaluations(status)
         status, reason = self._wait_for_learner(status, reason, left)  # the one that matters most
+        if status != "finished":  # checkpoints the last episodes wrote are reported; no more rounds
+            self._take_due(timeout=None, evaluations=False, wait=left)
         for ref in self._actor_refs:
             result = get_quietly(ref, left())
             if result is not None:
@@ -596,7 +614,7 @@ class DistributedProgram:
             return
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
         final_step = int((counts or self.counts).get("actor_steps", 0))
-        self._take_due(timeout=None)  # boundaries the last episodes crossed
+        self._take_due(timeout=None, wait=lambda: timeout)  # boundaries the last episodes crossed
         if self._last_eval_step != final_step:
             self._request_evaluation(final_step)  # the final evaluation, as in one process
 

@@ -20,8 +20,10 @@ episodes are dropped there (their transitions stay in replay) and start afresh i
 An uninterrupted run does the same at every checkpoint, so a resumed run again repeats it exactly.
 
 `TrainConfig`'s periods mean the same here as in the distributed program: `checkpoint_every` and
-`eval_every` are environment steps (one checkpoint or evaluation per crossed boundary, at the next
-episode end), `DMPOConfig.checkpoint=False` writes no checkpoint at all.
+`eval_every` are environment steps, checked at every episode end by one rule for both modes
+(`dmpo.lifecycle.schedule`: the latest boundary due, labelled with the steps of that check),
+`DMPOConfig.checkpoint=False` writes no checkpoint at all. A resume without a checkpoint yet (a run
+stopped while it started) trains again from step 0 (`dmpo.lifecycle.resume`).
 """
 
 from __future__ import annotations
