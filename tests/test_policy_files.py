@@ -61,6 +61,8 @@ def test_a_training_run_keeps_its_records_readable_under_umask_022(tmp_path):
         dmpo.train(config, tmp_path / "run", env_factory=env_factory, progress=False, quiet=True)
     for name in ("config.json", "run.json", "snapshots/policy.msgpack"):
         assert mode(tmp_path / "run" / name) == 0o644, name
+    checkpoints = list((tmp_path / "run" / "checkpoints").iterdir())
+    assert checkpoints and {mode(path) for path in checkpoints} == {0o755}  # as mkdir would make them
 
 
 def test_saved_agents_keep_num_envs_and_follow_the_umask(tmp_path):

@@ -29,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 from dmpo.lifecycle.lock import is_mine_or_free
 from dmpo.lifecycle.retention import prune
 from dmpo.utils.checkpointing import Checkpointer, CheckpointError, verify_checkpoint_file
-from dmpo.utils.files import atomic_write_text, fsync_directory
+from dmpo.utils.files import atomic_write_text, fsync_directory, make_kept_directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +229,7 @@ class TrainingCheckpoints:
         while (self.directory / _folder_name(step, index)).exists():  # e.g. a folder without state.json
             index += 1
         final = self.directory / _folder_name(step, index)
-        temp = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=self.directory))
+        temp = make_kept_directory(self.directory, _TEMP_PREFIX)  # the umask's mode, not 0700
         try:
             Checkpointer(temp / "learner", max_to_keep=1).save(int(state.get("learner_steps", 0)),
                                                               learner_state, {"env_steps": step})
