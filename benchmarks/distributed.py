@@ -15,7 +15,7 @@ the ratios of distributed to local throughput come from one machine state.
 
 Part 2 — costs of one call: fetching policy variables through the learner's `VariablePublisher`
 (hosted by a stand-in node holding numpy parameters of the benchmark's small networks and of the
-default-size networks of spec §4.2): a new version (copied into the object store first) and the same
+default-size networks of algorithm.md §4.2): a new version (copied into the object store first) and the same
 version again (served from the cache); one `insert_batch` of 32 items and one `sample` of 256 items
 on the replay node, and how many of each the replay node completes per second with several calls kept
 in flight (a ceiling for one Python table node on this machine).

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/pixel_learner.py [--batch 256] [--steps 3] [--rounds 2]
 
 Observations are uint8 84×84×9 (3 stacked RGB frames), 6-dim actions (cheetah), N = 20 sampled
-actions, 51 atoms; networks are the reference's pixel networks (spec §4.3 IMPALA with control-suite
+actions, 51 atoms; networks are the reference's pixel networks (algorithm.md §4.3 IMPALA with control-suite
 MLPs, §4.4 DrQ-v2 with its 50-unit embedding and 1024-unit MLPs), with the DrQ per-image random shift
 inside the update. The state-network update at the same batch runs in the same rounds as the
 baseline, so the ratio says what pixels cost on this machine whatever its load.

@@ -1,4 +1,5 @@
-"""NStepTransitionAdder against spec §1: golden cases, item counts, dtypes, errors, a slow reference."""
+"""NStepTransitionAdder against algorithm.md §1: golden cases, item counts, dtypes, errors, a slow
+reference."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def run_episode(adder, steps, *, dtype=np.float32, first_label=1):
         adder.add(np.asarray(10 * (label - 1), dtype), ts)
 
 
-# Spec §1 golden table: (name, n, γ, [(reward, discount)...], [(obs, next, R, D)...]).
+# algorithm.md §1 golden table: (name, n, γ, [(reward, discount)...], [(obs, next, R, D)...]).
 GOLDEN = [
     ("one-step", 1, 1.0, [(0, 1), (0, 1), (1, 0)], [(1, 2, 0, 1), (2, 3, 0, 1), (3, 4, 1, 0)]),
     (
@@ -115,7 +116,7 @@ def test_items_per_episode(n, length):
         run_episode(adder, [(1, 1)] * (length - 1) + [(1, 0)], first_label=100 * episode)
     per_episode = length + n - 1 if length >= n else 2 * length - 1
     assert len(writer.items) == 2 * per_episode
-    # Episode start: o0 starts min(n, T) items (start-state oversampling, spec §1).
+    # Episode start: o0 starts min(n, T) items (start-state oversampling, algorithm.md §1).
     assert sum(float(i.observation) == 0 for i in writer.items) == min(n, length)
 
 
@@ -147,7 +148,7 @@ def test_matches_slow_reference(n, gamma, steps, final_discount, dtype):
     writer = ListWriter()
     adder = NStepTransitionAdder(writer, n, gamma)
     run_episode(adder, list(zip(rewards, discounts, strict=True)), dtype=dtype, first_label=0)
-    # γ is stored as float32 (spec §1), so the reference uses the same γ.
+    # γ is stored as float32 (algorithm.md §1), so the reference uses the same γ.
     expected = slow_reference(rewards, discounts, float(np.float32(gamma)), n)
     assert len(writer.items) == len(expected)
     tol = 1e-5 if dtype == np.float32 else 1e-12

@@ -30,7 +30,8 @@ def tiny_config(**overrides) -> DMPOConfig:
 
 
 def reference_schedule(num_observations: int, min_observations: int, ops: float) -> int:
-    """Spec §3 restated independently: whole learner steps due after observation `num_observations`."""
+    """algorithm.md §3 restated independently: whole learner steps due after observation
+    `num_observations`."""
     if num_observations < min_observations:
         return 0
     if ops > 1:

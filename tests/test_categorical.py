@@ -38,7 +38,7 @@ def slow_project(z_p, probs, z_q):
     return out
 
 
-# Golden vectors of spec §6.3 (Acme's projection test).
+# Golden vectors of algorithm.md §6.3 (Acme's projection test).
 GOLDEN = [
     ([0.0, 1.0, 2.0, 3.0], [0, 1, 0, 0], [0.25, 1.25, 2.25, 3.25], [0.25, 0.75, 0.0, 0.0]),
     ([0.0, 1.0, 2.0, 3.0], [0, 0, 1, 0], [0.25, 1.25, 2.25, 3.25], [0.0, 0.25, 0.75, 0.0]),

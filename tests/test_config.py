@@ -20,7 +20,7 @@ from dmpo.config import (
 
 
 def test_defaults_are_the_reference_values():
-    config = DMPOConfig()  # spec §3, §4.2, §5, §6.4
+    config = DMPOConfig()  # algorithm.md §3, §4.2, §5, §6.4
     assert (config.batch_size, config.prefetch_size, config.min_replay_size, config.max_replay_size,
             config.samples_per_insert, config.n_step) == (256, 4, 1000, 1_000_000, 32.0, 5)
     learner = config.learner

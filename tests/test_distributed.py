@@ -130,7 +130,7 @@ def cluster():
 def test_rate_limiter_follows_the_spec_and_guards_narrow_windows():
     limiter = fake_builder(samples_per_insert=32.0, min_replay_size=1000).make_rate_limiter("ratio")
     assert isinstance(limiter, SampleToInsertRatio)
-    assert (limiter.min_diff, limiter.max_diff) == (28800.0, 35200.0)  # spec §2 defaults
+    assert (limiter.min_diff, limiter.max_diff) == (28800.0, 35200.0)  # algorithm.md §2 defaults
     # 0.1·spi·min = 0.8 < 2·spi = 1.0 would be too narrow for Reverb: the guard widens it to 2.
     small = fake_builder(samples_per_insert=0.5, min_replay_size=16).make_rate_limiter("ratio")
     assert small.max_diff - small.min_diff >= 2.0

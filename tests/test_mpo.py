@@ -54,7 +54,7 @@ def _duals(config, action_dim, seed=0):
 
 
 def reference_mpo(config, duals, online_mean, online_stddev, target_mean, target_stddev, actions, q_values):
-    """Spec §6.4 written directly in float64 numpy / scipy, independently of the module."""
+    """algorithm.md §6.4 written directly in float64 numpy / scipy, independently of the module."""
     args = [np.asarray(a, np.float64) for a in (online_mean, online_stddev, target_mean, target_stddev,
                                                   actions, q_values)]
     mu, sd, mu_t, sd_t, a, q = args
@@ -148,7 +148,7 @@ def test_init_duals_bad_arguments():
 
 
 def test_constrained_values():
-    # Spec §6.4: η ≈ 10.00005, α_σ = 1000 at the default init; the floor is 1e-8.
+    # algorithm.md §6.4: η ≈ 10.00005, α_σ = 1000 at the default init; the floor is 1e-8.
     np.testing.assert_allclose(constrained(jnp.float32(10.0)), math.log1p(math.exp(10.0)), rtol=1e-7)
     assert abs(float(constrained(jnp.float32(10.0))) - 10.0000454) < 1e-5
     np.testing.assert_allclose(constrained(jnp.float32(1000.0)), 1000.0)
@@ -290,7 +290,7 @@ def test_action_penalty_prefers_actions_inside_the_box():
 
 
 def test_loss_keeps_the_input_dtype():
-    # log N and the constants follow the Q dtype (spec §8.2.10): nothing is promoted to float32.
+    # log N and the constants follow the Q dtype (algorithm.md §8.2.10): nothing is promoted to float32.
     config = CONFIGS["default"]
     inputs = [jnp.asarray(x, jnp.bfloat16) for x in _problem(7)]
     duals = init_duals(config, 3, jnp.bfloat16)

@@ -1,4 +1,5 @@
-"""Rate limiters (spec §2): config validation, Reverb's admission rules, batches as single items, stress."""
+"""Rate limiters (algorithm.md §2): config validation, Reverb's admission rules, batches as single
+items, stress."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def batch(values):
 
 def test_window_from_float_and_pair():
     limiter = SampleToInsertRatio(samples_per_insert=32.0, min_size_to_sample=1000, error_buffer=3200.0)
-    assert (limiter.min_diff, limiter.max_diff) == (28800.0, 35200.0)  # spec §2 defaults
+    assert (limiter.min_diff, limiter.max_diff) == (28800.0, 35200.0)  # algorithm.md §2 defaults
     limiter = SampleToInsertRatio(2.0, 10, (-5.0, 7.0))
     assert (limiter.min_diff, limiter.max_diff) == (-5.0, 7.0)
 

@@ -1,4 +1,4 @@
-"""Replay table (spec §2): signatures, FIFO storage, samplers, save/restore, BatchedWriter."""
+"""Replay table (algorithm.md §2): signatures, FIFO storage, samplers, save/restore, BatchedWriter."""
 
 from __future__ import annotations
 

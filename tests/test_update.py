@@ -1,4 +1,4 @@
-"""The jitted learner update (spec §6): routing, Adam/clipping per group, target timing, Polyak,
+"""The jitted learner update (algorithm.md §6): routing, Adam/clipping per group, target timing, Polyak,
 determinism, purity under vmap, and the critic target against a slow per-atom reference."""
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def softmax(x):
 
 
 def project_slow(atoms, probs, support):
-    """Spec §6.3 one target atom and one source atom at a time."""
+    """algorithm.md §6.3 one target atom and one source atom at a time."""
     atoms = np.clip(atoms, support[0], support[-1])
     out = np.zeros(len(support))
     for i, z_i in enumerate(support):

@@ -1,9 +1,9 @@
-"""Acting: jitted policy functions and the actor that feeds the n-step adder (spec §3, §7.2).
+"""Acting: jitted policy functions and the actor that feeds the n-step adder (algorithm.md §3, §7.2).
 
 The behaviour policy samples from the Gaussian; the evaluation policy takes its mean. Both run the
 observation network and the policy on one observation (a batch dimension is added and removed
 inside the jitted function). Actions are *not* clipped here: the environment wrapper clips them and
-the replay keeps the raw sample, which the MPO action penalty needs to see (spec §8.2 item 12).
+the replay keeps the raw sample, which the MPO action penalty needs to see (algorithm.md §8.2 item 12).
 
 Randomness is `fold_in(key, step)`: an actor's stream depends only on its seed and how many actions
 it has taken, so a resumed run draws the same actions as an uninterrupted one.

@@ -1,4 +1,4 @@
-"""Random-shift image augmentation for pixel observations (spec §7.4, §8.2.23).
+"""Random-shift image augmentation for pixel observations (algorithm.md §7.4, §8.2.23).
 
 An image is padded by `pad` pixels on each side of H and W and cropped back to its size at a random
 integer offset in `[0, 2·pad]` per axis, i.e. shifted by up to ±`pad` pixels with the border filled
@@ -21,7 +21,7 @@ from dmpo.types import NestedArray, Transition
 PADDING_MODES = ("symmetric", "edge")
 
 # `LearnerConfig.augmentation` (other than "none") → (one offset per image?, padding mode): the
-# reference's one shift per batch with mirror padding (spec §7.4), or DrQ's per-image shift with
+# reference's one shift per batch with mirror padding (algorithm.md §7.4), or DrQ's per-image shift with
 # replicate padding. The one table of augmentation modes; the learner passes its config value here.
 AUGMENTATION_MODES = {"batch_shift": (False, "symmetric"), "image_shift": (True, "edge")}
 

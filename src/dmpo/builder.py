@@ -10,7 +10,7 @@
 adder and actor, the evaluator its evaluation actor and the learner node its learner from the same
 builder, so both modes store the same items in the same kind of table under the same limiter.
 
-Rate limiters (spec §2): `"local"` is the synchronous agent's `MinSize(1)` (its `update()` schedule
+Rate limiters (algorithm.md §2): `"local"` is the synchronous agent's `MinSize(1)` (its `update()` schedule
 holds the ratio); `"ratio"` is the distributed agent's guarded `SampleToInsertRatio` on
 `min_replay_size`, also used by the overlapped single-process learner (`MinSize(min_replay_size)`
 when `samples_per_insert` is None).
@@ -125,7 +125,7 @@ class DMPOBuilder:
             raise ValueError(f"rate limiter mode must be 'local' or 'ratio', got {mode!r}")
         if config.samples_per_insert is None:
             return MinSize(config.min_replay_size)
-        # error buffer max(0.1·spi·min_replay_size, 2·spi, 1): spec §2 with the guard of §8.2 item 25.
+        # error buffer max(0.1·spi·min_replay_size, 2·spi, 1): algorithm.md §2 with the guard of §8.2 item 25.
         spi = float(config.samples_per_insert)
         return SampleToInsertRatio.from_agent_defaults(spi, config.min_replay_size)
 

@@ -1,4 +1,4 @@
-"""Typed, frozen configuration. Defaults equal the reference's (spec §3, §4.2, §6.4, §10).
+"""Typed, frozen configuration. Defaults equal the reference's (algorithm.md §3, §4.2, §6.4, §10).
 
 Every dataclass validates itself on construction and raises `ConfigError` naming the bad
 field and the expected value, so that a wrong setting fails before any work starts.
@@ -78,7 +78,7 @@ def _positive(obj: object, *names: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class MPOLossConfig:
-    """MPO policy loss with decoupled KL constraints (spec §6.4)."""
+    """MPO policy loss with decoupled KL constraints (algorithm.md §6.4)."""
 
     epsilon: float = 0.1
     """KL bound of the non-parametric E-step distribution (temperature dual)."""
@@ -105,7 +105,7 @@ class MPOLossConfig:
 
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
-    """Network sizes; defaults are the control-suite networks of spec §4.2."""
+    """Network sizes; defaults are the control-suite networks of algorithm.md §4.2."""
 
     policy_layer_sizes: tuple[int, ...] = (256, 256, 256)
     """Hidden sizes of the policy's layer-norm MLP (activated after the last layer)."""
@@ -150,7 +150,7 @@ class NetworkConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
-    """Learner hyper-parameters (spec §5, §6)."""
+    """Learner hyper-parameters (algorithm.md §5, §6)."""
 
     discount: float = 0.99
     """Agent discount γ applied on top of the environment discount."""
@@ -192,7 +192,7 @@ class LearnerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DMPOConfig:
-    """Everything the single-process and distributed agents are built from (spec §3, §7.1)."""
+    """Everything the single-process and distributed agents are built from (algorithm.md §3, §7.1)."""
 
     batch_size: int = 256
     prefetch_size: int = 4
@@ -201,7 +201,7 @@ class DMPOConfig:
     max_replay_size: int = 1_000_000
     samples_per_insert: float | None = 32.0
     """Target ratio of sampled to inserted items. None: no ratio, the distributed learner samples as
-    fast as it can once `min_replay_size` items are in (spec §2 `MinSize`); only the distributed
+    fast as it can once `min_replay_size` items are in (algorithm.md §2 `MinSize`); only the distributed
     program can run that, so a single-process run (`actors=0`) refuses None."""
     n_step: int = 5
     checkpoint: bool = True
@@ -219,7 +219,7 @@ class DMPOConfig:
 
     @property
     def min_observations(self) -> int:
-        """Environment steps before the first learner step (spec §3)."""
+        """Environment steps before the first learner step (algorithm.md §3)."""
         return max(self.batch_size, self.min_replay_size)
 
     @property
@@ -230,7 +230,7 @@ class DMPOConfig:
 def control_suite_preset() -> DMPOConfig:
     """`dmpo train --preset control` (the default before the time-to-score grid): the
     reference's update ratio; it differs from the reference's `DMPOConfig()` in two values, each taken
-    from one of the reference's own launchers (spec §10): policy and critic learning rate 3e-4 (the
+    from one of the reference's own launchers (algorithm.md §10): policy and critic learning rate 3e-4 (the
     JAX agent's) instead of 1e-4, and a policy target period of 25 (the distributed control-suite
     launcher's) instead of 100. Measured at 100k steps, 3 seeds
     (docs/results/learning.md): cartpole-swingup 766.5, walker-walk 358.5, cheetah-run 160.7; the reference TF
@@ -361,7 +361,7 @@ class TrainConfig:
     def resolved(self) -> TrainConfig:
         """This config with pixel defaults filled in: `--pixels` with the state networks' flatten torso
         switches to the IMPALA torso and initial policy scale 1.0 of the reference's pixel agent
-        (spec §4.3). Any other torso choice is kept as given."""
+        (algorithm.md §4.3). Any other torso choice is kept as given."""
         networks = self.agent.networks
         if not self.pixels or networks.observation_network != "flatten":
             return self

@@ -1,4 +1,4 @@
-"""Diagonal Gaussian helpers used by the policy and the MPO loss (spec §4.1, §6.4).
+"""Diagonal Gaussian helpers used by the policy and the MPO loss (algorithm.md §4.1, §6.4).
 
 A diagonal Gaussian is given by two arrays `mean` and `stddev` of equal shape `[..., D]`; the last
 axis is the event (action) axis. These pure functions replace a distributions library: the loss

@@ -21,7 +21,7 @@ NestedSpec = Any  # a dm_env spec or a nest of specs
 
 
 class Transition(NamedTuple):
-    """One n-step replay item (spec §1).
+    """One n-step replay item (algorithm.md §1).
 
     `reward` is the discounted n-step reward sum and `discount` is γ^(k-1)·Π d — one γ fewer than
     the number of steps; the learner multiplies by γ once more.

@@ -1,8 +1,9 @@
-"""The single-process DMPO agent: replay table, n-step adder, actor and learner in one process (spec §3).
+"""The single-process DMPO agent: replay table, n-step adder, actor and learner in one process
+(algorithm.md §3).
 
 Two ways to interleave acting and learning:
 
-* synchronous (the reference's): `update()` runs learner steps on the schedule of spec §3 — none
+* synchronous (the reference's): `update()` runs learner steps on the schedule of algorithm.md §3 — none
   before `min_observations`, then one every `batch_size / samples_per_insert` observations
   (fractional ratios truncated like the reference). Batches are sampled when the learner asks for
   them, so a run is reproducible from its seed; `prefetch_size` only matters in the next mode.
@@ -12,7 +13,7 @@ Two ways to interleave acting and learning:
   publishes after each step. Timing decides which items a batch holds, so this mode is not
   bit-reproducible.
 
-Acting always uses the *online* policy (spec §8.2 item 17). Every part comes from `DMPOBuilder`
+Acting always uses the *online* policy (algorithm.md §8.2 item 17). Every part comes from `DMPOBuilder`
 (the distributed nodes build theirs from it too). If the learner thread fails, it closes the table
 so an acting thread blocked in an insert wakes up, and the next `observe` raises its error.
 """
@@ -38,7 +39,8 @@ from dmpo.types import EnvironmentSpec
 
 
 def learner_steps_due(num_observations: int, min_observations: int, observations_per_step: float) -> int:
-    """Learner steps to run after the `num_observations`-th observation (spec §3, fractional quirk kept)."""
+    """Learner steps to run after the `num_observations`-th observation (algorithm.md §3, fractional
+    quirk kept)."""
     since_start = num_observations - min_observations
     if since_start < 0:
         return 0
@@ -78,7 +80,8 @@ class DMPO:
         self.networks = builder.networks
         table_seed, learner_seed, actor_seed = derive_seeds(seed, 3)
 
-        # Synchronous: MinSize(1), update() holds the ratio (spec §2). Overlapped: the distributed limiter.
+        # Synchronous: MinSize(1), update() holds the ratio (algorithm.md §2). Overlapped: the distributed
+        # limiter.
         self.table = builder.make_table(builder.make_rate_limiter("ratio" if overlap_learner else "local"),
                                         seed=table_seed)
         self.adders = builder.make_adders(self.table, num_envs)

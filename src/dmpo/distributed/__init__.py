@@ -1,4 +1,4 @@
-"""Distributed DMPO on Ray (spec §7): replay, learner, actors, evaluator and counter as Ray actors.
+"""Distributed DMPO on Ray (algorithm.md §7): replay, learner, actors, evaluator and counter as Ray actors.
 
 Entry point (what `dmpo train --actors N` calls)::
 

@@ -1,4 +1,4 @@
-"""An acting node: its own environment and seed, the target policy, experience to replay (spec §7.2).
+"""An acting node: its own environment and seed, the target policy, experience to replay (algorithm.md §7.2).
 
 Per step: `select_action` with the builder's behaviour policy (a Gaussian sample) → environment
 step → the builder's n-step adder → `BatchedWriter` → `RemoteReplayWriter` (one remote call per

@@ -60,7 +60,7 @@ class NodeSettings:
 
 COUNT_KEYS = ("actor_episodes", "actor_steps", "evaluator_episodes", "evaluator_steps", "learner_steps",
               "learner_walltime")
-"""The shared counter's keys (spec §7.5); every node's log rows carry all of them."""
+"""The shared counter's keys (algorithm.md §7.5); every node's log rows carry all of them."""
 
 
 class _WithAllCounts:

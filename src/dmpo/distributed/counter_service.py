@@ -1,7 +1,7 @@
 """The shared counter: one root `Counter` in a Ray actor, and the proxy that child counters push to.
 
 Every node owns a local child `Counter(parent=RemoteCounter(service), prefix=...)`; the child
-accumulates and pushes its counts at most once per second (spec §7.5), so the service sees a bounded
+accumulates and pushes its counts at most once per second (algorithm.md §7.5), so the service sees a bounded
 number of calls however fast the nodes step. The driver reads the totals from the service for the
 progress line and the stop conditions, and the learner stores them in its checkpoint for resume.
 """

@@ -1,4 +1,4 @@
-"""The evaluator node: the target policy's mean on its own environment (spec §7.2, §8.2 item 17).
+"""The evaluator node: the target policy's mean on its own environment (algorithm.md §7.2, §8.2 item 17).
 
 It evaluates in rounds of `episodes_per_round` episodes (`TrainConfig.eval_episodes`) with the
 builder's evaluation actor, which writes nothing. A round starts when the driver asks for one

@@ -1,4 +1,4 @@
-"""The learner node: the builder's learner fed by the replay node, serving variables (spec §7.2).
+"""The learner node: the builder's learner fed by the replay node, serving variables (algorithm.md §7.2).
 
 `run()` is the shared `SteppingLoop`: take the next prefetched batch outside the state lock, then
 one update under it. Waiting for data must never block variable requests, or a starting actor
@@ -114,7 +114,7 @@ class LearnerNode:
     # ------------------------------------------------------------------------------------ variables
 
     def get_variables(self) -> tuple[int, list[Any]]:
-        """`(learner step, [ref to the target (observation, policy) params])` (spec §6.6)."""
+        """`(learner step, [ref to the target (observation, policy) params])` (algorithm.md §6.6)."""
         return self._publisher.get()
 
     def _read_variables(self) -> Any:

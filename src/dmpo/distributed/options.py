@@ -46,7 +46,7 @@ class ProgramOptions:
     """How long a stop waits, in all, for the learner's final checkpoint, the actors and the evaluator
     (they stop in parallel): below the grace period of a scheduler (SLURM: 30 s) or systemd (90 s)."""
     log_time_delta: float = 10.0
-    """Seconds between rows of the actor and learner loggers (spec §7.2)."""
+    """Seconds between rows of the actor and learner loggers (algorithm.md §7.2)."""
     actor_resources: dict[str, float] | None = None
     """Ray resources each actor and the evaluator ask for (e.g. {"cpu_node": 1}, a custom resource of
     the nodes that should act); None: none, Ray places them anywhere."""

@@ -1,4 +1,4 @@
-"""The distributed program: build the nodes on Ray, watch them, stop them (spec §7).
+"""The distributed program: build the nodes on Ray, watch them, stop them (algorithm.md §7).
 
     result = run_distributed(TrainConfig(env="dmc:cartpole-swingup", actors=4, steps=1_000_000),
                              run_dir="runs/x")

@@ -1,4 +1,4 @@
-"""The replay node: the builder's replay table served from a Ray actor (spec §2, §7.2).
+"""The replay node: the builder's replay table served from a Ray actor (algorithm.md §2, §7.2).
 
 The table comes from `DMPOBuilder.make_table`, exactly as in the single-process agent: a
 `FrameStackTable` for stacked pixel observations, under the builder's `"ratio"` rate limiter unless

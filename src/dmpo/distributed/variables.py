@@ -1,4 +1,4 @@
-"""Getting the learner's policy variables to the acting nodes (spec §6.6, §7.3).
+"""Getting the learner's policy variables to the acting nodes (algorithm.md §6.6, §7.3).
 
 Learner side, `VariablePublisher`: `get()` answers `(version, [ObjectRef])`. The parameters are put
 into Ray's object store once per learner version and every requester receives a reference to that

@@ -1,4 +1,4 @@
-"""Environments for DMPO: names → dm_env environments in the pipeline of spec §0.
+"""Environments for DMPO: names → dm_env environments in the pipeline of algorithm.md §0.
 
     env = make("dmc:cartpole-swingup", seed=0)              # dict of float32 state vectors
     env = make("gym:Pendulum-v1", seed=0)                   # float32 array observations

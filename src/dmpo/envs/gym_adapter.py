@@ -1,6 +1,6 @@
 """A dm_env view of a Gymnasium environment ("gym:<Id>").
 
-Step semantics (spec §0, no `done` flag ever reaches the agent):
+Step semantics (algorithm.md §0, no `done` flag ever reaches the agent):
 
 * `reset()` → FIRST (reward and discount `None`).
 * `step(a)`: `terminated` → LAST with discount 0; `truncated` and not terminated (e.g. a

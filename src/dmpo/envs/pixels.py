@@ -1,9 +1,9 @@
-"""Pixel observations for dm_control tasks: camera render + frame stacking (spec §0, §4.3/§4.4).
+"""Pixel observations for dm_control tasks: camera render + frame stacking (algorithm.md §0, §4.3/§4.4).
 
 `make(..., pixels=True)` replaces the state observation by a `uint8 [S, S, 3·F]` image: an S×S RGB
 render of camera `camera_id` (default 0, S = 84) at every inner control step, and the last F frames
 concatenated along the channel axis, **oldest first** (after a reset the first frame fills all F
-slots). Frame stacking sits inside the action repeat (the pipeline order of spec §0), so with
+slots). Frame stacking sits inside the action repeat (the pipeline order of algorithm.md §0), so with
 action repeat 2 and F = 3 one observation holds the last three control-step frames and each agent
 step shifts the stack by two frames.
 

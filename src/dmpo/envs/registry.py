@@ -1,4 +1,4 @@
-"""`make`: environment names → the DMPO environment pipeline of spec §0.
+"""`make`: environment names → the DMPO environment pipeline of algorithm.md §0.
 
 Names: `"dmc:<domain>-<task>"` (DeepMind Control Suite, e.g. `dmc:cartpole-swingup`,
 `dmc:ball_in_cup-catch`) and `"gym:<Id>"` (any id in gymnasium's registry with a bounded
@@ -7,7 +7,7 @@ continuous Box action space, e.g. `gym:Pendulum-v1`, `gym:HalfCheetah-v5`).
 Pipeline, innermost first: load → canonical `[-1, 1]^D` float32 action spec → action repeat →
 (pixels, dm_control only: camera render + frame stack, see `dmpo.envs.pixels`) → float64 → float32.
 
-Deliberate deviation from the reference (spec §0), which renders and stacks *inside* the action
+Deliberate deviation from the reference (algorithm.md §0), which renders and stacks *inside* the action
 repeat: we render once per agent step, after the repeat, as DrQ/DrQ-v2 do. Rendering costs half as
 much at action repeat 2, and consecutive observations share all but one frame, which is what lets
 the replay store about one frame per transition (`dmpo.replay.FrameStackTable`). The stack then
@@ -28,7 +28,7 @@ from dmpo.envs.errors import EnvError, check_positive_int
 DEFAULT_TASK = "dmc:cartpole-swingup"
 
 _PREFIXES = ("dmc", "gym")
-_PIXEL_ACTION_REPEAT = 2  # spec §4.3: pixel agents repeat every action twice
+_PIXEL_ACTION_REPEAT = 2  # algorithm.md §4.3: pixel agents repeat every action twice
 
 
 def available_tasks() -> tuple[str, ...]:

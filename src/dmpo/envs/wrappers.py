@@ -1,9 +1,9 @@
-"""Generic dm_env wrappers of the DMPO environment pipeline (spec §0).
+"""Generic dm_env wrappers of the DMPO environment pipeline (algorithm.md §0).
 
 `make` applies them innermost first as: canonical action spec → action repeat → float32 cast.
 
 * `CanonicalActionWrapper`: the agent acts in `[-1, 1]^D` (float32); incoming actions are clipped to
-  that box and mapped affinely onto the true bounds. The MPO action penalty (spec §6.4) assumes this.
+  that box and mapped affinely onto the true bounds. The MPO action penalty (algorithm.md §6.4) assumes this.
 * `ActionRepeatWrapper`: one agent step = up to `num_repeats` inner steps with the same action; the
   reward is `r_1 + d_1 r_2 + d_1 d_2 r_3 + ...` (each inner reward weighted by the product of the
   inner discounts before it), the discount is `d_1 d_2 ...`, and the loop stops early at LAST.

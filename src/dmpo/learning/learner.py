@@ -1,4 +1,4 @@
-"""The learner object: pulls batches, runs the jitted update, counts and logs (spec §6.5, §6.6)."""
+"""The learner object: pulls batches, runs the jitted update, counts and logs (algorithm.md §6.5, §6.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The learner's whole mutable state as one pytree, and the optimizers that update it (spec §5)."""
+"""The learner's whole mutable state as one pytree, and the optimizers that update it (algorithm.md §5)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dmpo.losses import MPODuals, init_duals
 from dmpo.networks import DMPONetworks, Params, init_params
 from dmpo.types import EnvironmentSpec
 
-ADAM_EPSILON = 1e-8  # added to the square root of the bias-corrected second moment (spec §5)
+ADAM_EPSILON = 1e-8  # added to the square root of the bias-corrected second moment (algorithm.md §5)
 
 
 class TrainingState(NamedTuple):
@@ -34,7 +34,7 @@ class TrainingState(NamedTuple):
 
 
 class Optimizers(NamedTuple):
-    """One optax transformation per parameter group (spec §6.5)."""
+    """One optax transformation per parameter group (algorithm.md §6.5)."""
 
     critic: optax.GradientTransformation
     policy: optax.GradientTransformation
@@ -72,7 +72,7 @@ def init_training_state(
     networks: DMPONetworks, env_spec: EnvironmentSpec, config: LearnerConfig, key: jax.Array
 ) -> TrainingState:
     """A fresh state. Online and target networks are initialised from independent keys, as in the
-    reference; the first update's target sync makes them equal (spec §3, §6.1). Pure: vmap-able."""
+    reference; the first update's target sync makes them equal (algorithm.md §3, §6.1). Pure: vmap-able."""
     online_key, target_key, state_key = jax.random.split(key, 3)
     params = init_params(networks, env_spec, online_key)
     target_params = init_params(networks, env_spec, target_key)

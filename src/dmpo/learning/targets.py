@@ -1,4 +1,4 @@
-"""Target-network updates, done at the start of every learner step (spec §6.1).
+"""Target-network updates, done at the start of every learner step (algorithm.md §6.1).
 
 Periodic (reference): at `steps % P_π == 0` the policy is copied; at `steps % P_Q == 0` the critic
 *and* the observation network are copied. `steps` counts completed updates, so step 0 syncs

@@ -1,4 +1,4 @@
-"""One pure learner step: `update(state, batch) -> (state, metrics)` (spec §6.1–§6.5).
+"""One pure learner step: `update(state, batch) -> (state, metrics)` (algorithm.md §6.1–§6.5).
 
 Order within a step:
   1. split the state's key into (next key, action-sampling key, augmentation key);

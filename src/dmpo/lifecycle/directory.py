@@ -1,6 +1,6 @@
 """Run directories: where one training run keeps its config, logs, checkpoints, snapshots and videos.
 
-Layout of a run directory (spec §9, rooted at `./runs/<run-id>` instead of `~/acme/<run-id>`)::
+Layout of a run directory (algorithm.md §9, rooted at `./runs/<run-id>` instead of `~/acme/<run-id>`)::
 
     config.json     the run's configuration dataclass, with a "type" header naming its class
     run.json        command line, start time, dmpo version, seed, status, resume history
@@ -218,7 +218,7 @@ def load_config(path: str | os.PathLike[str], cls: type[T] | None = None) -> T:
 
 
 def default_run_id(now: datetime.datetime | None = None) -> str:
-    """The launch timestamp `YYYYmmdd-HHMMSS` (spec §9)."""
+    """The launch timestamp `YYYYmmdd-HHMMSS` (algorithm.md §9)."""
     return (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
 
 

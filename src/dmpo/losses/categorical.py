@@ -27,7 +27,7 @@ def _check_support(z_q: jax.Array) -> None:
 
 
 def categorical_l2_project(z_p: jax.Array, probs: jax.Array, z_q: jax.Array) -> jax.Array:
-    """Projects the distribution `(z_p, probs)` onto the support `z_q` (spec §6.3).
+    """Projects the distribution `(z_p, probs)` onto the support `z_q` (algorithm.md §6.3).
 
     Args:
       z_p: source atom locations `[..., A_p]`; may differ per row (e.g. `r + γ d z`) and is
@@ -76,7 +76,7 @@ def categorical_cross_entropy(target_probs: jax.Array, logits: jax.Array) -> jax
 
 
 def mixture_log_probs(logits: jax.Array, axis: int = 0) -> jax.Array:
-    """Log-probabilities of the equal-weight mixture of the categoricals along `axis` (spec §8.1).
+    """Log-probabilities of the equal-weight mixture of the categoricals along `axis` (algorithm.md §8.1).
 
     `log((1/N) Σ_n softmax(logits_n))`, computed stably as `logsumexp_n log_softmax − log N`. This is
     a true normalised log-probability; averaging raw logits instead would give a different
@@ -100,7 +100,7 @@ def categorical_td_loss(
     target_probs_t: jax.Array,
     support: jax.Array,
 ) -> jax.Array:
-    """Distributional TD loss of the critic (spec §6.2–6.3), averaged over the batch.
+    """Distributional TD loss of the critic (algorithm.md §6.2–6.3), averaged over the batch.
 
     Args:
       logits_tm1: online critic logits at `(o, a)`, `[B, A]`.

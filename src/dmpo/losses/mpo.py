@@ -1,4 +1,4 @@
-"""MPO policy loss with decoupled KL constraints and the MO-MPO action penalty (spec §6.4).
+"""MPO policy loss with decoupled KL constraints and the MO-MPO action penalty (algorithm.md §6.4).
 
 Shape letters (see `dmpo.types`): `N` actions sampled per state, `B` states, `D` action dims.
 
@@ -31,7 +31,7 @@ sg = jax.lax.stop_gradient
 class MPODuals(NamedTuple):
     """Raw (unconstrained) dual variables; `constrained` maps them to positive values.
 
-    Despite the `log_` names (kept from the reference) the map is softplus, not exp (spec §8.2.13).
+    Despite the `log_` names (kept from the reference) the map is softplus, not exp (algorithm.md §8.2.13).
     """
 
     log_temperature: jax.Array
@@ -45,7 +45,7 @@ class MPODuals(NamedTuple):
 
 
 def init_duals(config: MPOLossConfig, action_dim: int, dtype: jnp.dtype = jnp.float32) -> MPODuals:
-    """Initial raw duals for `config` and `action_dim` actions (spec §6.4)."""
+    """Initial raw duals for `config` and `action_dim` actions (algorithm.md §6.4)."""
     if not isinstance(config, MPOLossConfig):
         raise TypeError(f"config must be an MPOLossConfig, got {type(config).__name__}")
     if not isinstance(action_dim, int) or action_dim < 1:
@@ -140,7 +140,7 @@ def mpo_loss(
     actions: jax.Array,
     q_values: jax.Array,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """The MPO loss `L_μ + L_σ + L_KL + L_α + L_η` and its diagnostics (spec §6.4).
+    """The MPO loss `L_μ + L_σ + L_KL + L_α + L_η` and its diagnostics (algorithm.md §6.4).
 
     Args:
       config: loss hyper-parameters.
@@ -151,7 +151,7 @@ def mpo_loss(
       q_values: target-critic values of those actions, `[N, B]`.
 
     Returns:
-      `(loss, stats)`: a scalar and a dict of scalar diagnostics named as in spec §6.4.
+      `(loss, stats)`: a scalar and a dict of scalar diagnostics named as in algorithm.md §6.4.
     """
     shapes = {name: jnp.shape(value) for name, value in (
         ("online_mean", online_mean), ("online_stddev", online_stddev), ("target_mean", target_mean),

@@ -1,4 +1,4 @@
-"""Flax networks of the DMPO agent: observation torso, Gaussian policy, categorical critic (spec §4).
+"""Flax networks of the DMPO agent: observation torso, Gaussian policy, categorical critic (algorithm.md §4).
 
 Pixel torsos live in `dmpo.networks.torsos` and are imported only when pixel networks are built.
 """

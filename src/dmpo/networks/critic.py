@@ -1,4 +1,4 @@
-"""The distributional critic: `(embedding, action) → logits [B, A]` (spec §4.1, §4.2, §4.4).
+"""The distributional critic: `(embedding, action) → logits [B, A]` (algorithm.md §4.1, §4.2, §4.4).
 
 The action is clipped to the action spec's bounds before it is used, so the critic never
 extrapolates on out-of-bound sampled actions; it is cast to the embedding's dtype and concatenated

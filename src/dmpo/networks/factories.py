@@ -1,4 +1,4 @@
-"""Builds the three DMPO networks (observation, policy, critic) from an environment spec (spec §4).
+"""Builds the three DMPO networks (observation, policy, critic) from an environment spec (algorithm.md §4).
 
 `DMPONetworks` bundles Flax modules and constants; parameters live apart in `Params`, so the same
 networks serve online and target parameters, learner and actors.
@@ -22,7 +22,7 @@ from dmpo.types import EnvironmentSpec
 
 Variables = Any  # a Flax variables dict, e.g. {"params": {...}} (empty for BatchFlatten)
 
-# Spec §4.4: the DrQ-v2 critic projects the shared embedding to 50 features first.
+# algorithm.md §4.4: the DrQ-v2 critic projects the shared embedding to 50 features first.
 DRQ_EMBEDDING_SIZE = 50
 
 
@@ -139,13 +139,13 @@ def _bundle(observation: nn.Module, policy: nn.Module, critic: nn.Module, config
 
 
 def make_control_networks(env_spec: EnvironmentSpec, config: NetworkConfig) -> DMPONetworks:
-    """State-based networks (spec §4.2): flatten → LayerNormMLP policy / critic with their heads."""
+    """State-based networks (algorithm.md §4.2): flatten → LayerNormMLP policy / critic with their heads."""
     bounds = _action_bounds(env_spec)
     return _bundle(BatchFlatten(), _policy(len(bounds[0]), config), _critic(bounds, config), config, bounds)
 
 
 def make_pixel_networks(env_spec: EnvironmentSpec, config: NetworkConfig) -> DMPONetworks:
-    """Pixel networks: an IMPALA torso (spec §4.3) or a DrQ-v2 torso (spec §4.4).
+    """Pixel networks: an IMPALA torso (algorithm.md §4.3) or a DrQ-v2 torso (algorithm.md §4.4).
 
     Layer sizes, init_scale and support come from `config`; `pixel_network_config` gives the
     reference's. With `drq` the critic adds `Dense(50) → LayerNorm → tanh` on the embedding, uses a plain
@@ -181,9 +181,9 @@ def make_networks(env_spec: EnvironmentSpec, config: NetworkConfig) -> DMPONetwo
 
 
 _PIXEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    # Spec §4.3: control-suite MLP sizes behind the IMPALA torso, initial policy scale 1.
+    # algorithm.md §4.3: control-suite MLP sizes behind the IMPALA torso, initial policy scale 1.
     "impala": dict(init_scale=1.0),
-    # Spec §4.4: policy LayerNormMLP (50, 1024, 1024); critic MLP (1024, 1024) after its Dense(50).
+    # algorithm.md §4.4: policy LayerNormMLP (50, 1024, 1024); critic MLP (1024, 1024) after its Dense(50).
     "drq": dict(policy_layer_sizes=(50, 1024, 1024), critic_layer_sizes=(1024, 1024), init_scale=1.0),
 }
 

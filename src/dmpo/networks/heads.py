@@ -1,4 +1,4 @@
-"""Output heads: the diagonal Gaussian policy head and the categorical value head (spec §4.1)."""
+"""Output heads: the diagonal Gaussian policy head and the categorical value head (algorithm.md §4.1)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def truncated_normal_fan_in(key: jax.Array, shape: tuple[int, ...],
     """Truncated normal (±2 std) with std `1/sqrt(fan_in)`: the TF value head's default init.
 
     The JAX reference initialises the value head near zero (a uniform initial distribution); we follow
-    the TF reference, whose initial value distribution is not uniform (spec §4.1, §8.2.20).
+    the TF reference, whose initial value distribution is not uniform (algorithm.md §4.1, §8.2.20).
     """
     return nn.initializers.truncated_normal(stddev=1.0 / math.sqrt(shape[0]))(key, shape, dtype)
 

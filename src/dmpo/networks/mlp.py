@@ -1,4 +1,4 @@
-"""Multi-layer perceptrons and the flattening observation network (spec §4.1).
+"""Multi-layer perceptrons and the flattening observation network (algorithm.md §4.1).
 
 Inputs may be a single array or a nest of arrays; `batch_concat` turns any nest into one `[B, F]`
 matrix so the layers below never see structure.

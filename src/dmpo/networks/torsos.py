@@ -1,4 +1,4 @@
-"""Convolutional observation networks for pixel observations (spec §4.3, §4.4).
+"""Convolutional observation networks for pixel observations (algorithm.md §4.3, §4.4).
 
 Both take a batch of images `[B, H, W, C]` (stacked frames flattened into channels, `C = 3·F`) as
 `uint8` in `[0, 255]` or as floats already in `[0, 1]`, and return a flat embedding `[B, E]`.
@@ -47,7 +47,7 @@ class ResidualBlock(nn.Module):
 
 
 class ImpalaTorso(nn.Module):
-    """IMPALA ResNet (spec §4.3).
+    """IMPALA ResNet (algorithm.md §4.3).
 
     Per stage: 3×3 conv (stride 1, SAME) → 3×3 max-pool (stride 2, SAME) → `num_blocks` residual
     blocks; then ReLU → flatten → `Dense(output_size)` without activation. For 84×84 inputs the
@@ -74,7 +74,7 @@ class ImpalaTorso(nn.Module):
 
 
 class DrQTorso(nn.Module):
-    """DrQ-v2 encoder (spec §4.4): `images − 0.5`, 3×3 SAME convs with ReLU, flattened.
+    """DrQ-v2 encoder (algorithm.md §4.4): `images − 0.5`, 3×3 SAME convs with ReLU, flattened.
 
     Orthogonal initialisation with gain √2 (ReLU) and zero biases. For 84×84 inputs the first,
     stride-2 conv halves the size to 42×42, so the embedding has 42·42·32 = 56448 features.

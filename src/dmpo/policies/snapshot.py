@@ -1,4 +1,4 @@
-"""Policy snapshots: a self-contained inference artifact (spec §9) and `load_policy`.
+"""Policy snapshots: a self-contained inference artifact (algorithm.md §9) and `load_policy`.
 
 A snapshot holds what acting needs and nothing more: the network configuration, the environment
 specs, the *target* observation-network and policy parameters, and (since version 2) what lies

@@ -1,4 +1,4 @@
-"""Replay: n-step transition writing, a rate-limited FIFO table, and batch prefetching (spec §1, §2).
+"""Replay: n-step transition writing, a rate-limited FIFO table, and batch prefetching (algorithm.md §1, §2).
 
 numpy + threading only (no jax): tables run inside Ray actors.
 

@@ -1,4 +1,4 @@
-"""N-step transition adder: turns an episode's timesteps into replay items (spec §1).
+"""N-step transition adder: turns an episode's timesteps into replay items (algorithm.md §1).
 
 For a window [f, l) of k = l − f steps with rewards r_f..r_{l−1} and env discounts d_f..d_{l−1}:
 
@@ -42,7 +42,7 @@ def _copy_nest(value: Any) -> Any:
 
 
 def _n_step_leaf(rewards: list, discounts: list, gamma: np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """R and D for one reward/discount leaf pair over a window (accumulation order of spec §1).
+    """R and D for one reward/discount leaf pair over a window (accumulation order of algorithm.md §1).
 
     `rewards`/`discounts` are numpy arrays (0-d for scalars), one per step of the window.
     """

@@ -1,4 +1,4 @@
-"""Batches for the learner, sampled ahead on a background thread (spec §2: prefetch 4).
+"""Batches for the learner, sampled ahead on a background thread (algorithm.md §2: prefetch 4).
 
 `PrefetchingIterator` keeps at most `prefetch_size` sampled-but-unconsumed batches: a producer
 takes a permit from a semaphore before each sample and the consumer returns it with every batch

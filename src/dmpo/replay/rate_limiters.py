@@ -1,4 +1,4 @@
-"""Rate limiters with Reverb's admission rules (spec §2).
+"""Rate limiters with Reverb's admission rules (algorithm.md §2).
 
 A limiter is a frozen config plus two predicates over the table's lifetime counters
 (`inserts`, `samples`, `deletes`). Each predicate admits ONE item; the table admits a batch as
@@ -113,7 +113,7 @@ class SampleToInsertRatio:
 
     @classmethod
     def from_agent_defaults(cls, samples_per_insert: float, min_replay_size: int) -> SampleToInsertRatio:
-        """The distributed agent's limiter (spec §2, §8.2 item 25).
+        """The distributed agent's limiter (algorithm.md §2, §8.2 item 25).
 
         error_buffer = max(0.1·spi·min_replay_size, 2·spi, 1). The JAX agent uses the first two
         terms; the final 1 only matters where their maximum is below 1 — a window Reverb itself

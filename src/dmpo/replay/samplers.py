@@ -1,4 +1,4 @@
-"""Item selection for a table: uniform (spec §2) or proportional to priority^exponent.
+"""Item selection for a table: uniform (algorithm.md §2) or proportional to priority^exponent.
 
 Samplers work on physical slots 0..size-1 of the table's ring storage (a FIFO table that has
 never been full occupies exactly the first `size` slots; a full one occupies all of them), draw

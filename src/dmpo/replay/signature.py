@@ -1,4 +1,4 @@
-"""Item signatures: the exact shape/dtype contract of replay items (spec §2).
+"""Item signatures: the exact shape/dtype contract of replay items (algorithm.md §2).
 
 A signature is any nest whose leaves have `.shape` and `.dtype` (dm_env specs, numpy arrays).
 `Signature` compiles it once; every insert is then checked leaf by leaf and a mismatch raises
@@ -45,7 +45,7 @@ def _broadcast_reward_spec(reward: Any, discount: Any) -> specs.Array:
 
 
 def transition_signature(env_spec: EnvironmentSpec) -> Transition:
-    """The replay item signature for an environment (spec §2).
+    """The replay item signature for an environment (algorithm.md §2).
 
     Reward leaves take the broadcast shape of reward and discount and their numpy result dtype
     (the n-step sum multiplies rewards by discounts); a single discount spec is repeated over a

@@ -1,4 +1,4 @@
-"""An in-process replay table: FIFO ring storage, a sampler and a Reverb-style rate limiter (spec §2).
+"""An in-process replay table: FIFO ring storage, a sampler and a Reverb-style rate limiter (algorithm.md §2).
 
 Items are nests matching the table signature exactly (see `Signature`). The table holds at most
 `max_size` items; inserting into a full table evicts the oldest (`deletes` += 1). Every item has a
@@ -114,7 +114,7 @@ class Table:
       signature: nest of specs (anything with .shape/.dtype) every item must match exactly.
       max_size: capacity; the oldest item is evicted beyond it.
       rate_limiter: `MinSize` or `SampleToInsertRatio`; its min_size_to_sample must be ≤ max_size.
-      sampler: "uniform" (spec §2) or "prioritized" (P ∝ priority**priority_exponent).
+      sampler: "uniform" (algorithm.md §2) or "prioritized" (P ∝ priority**priority_exponent).
       priority_exponent: exponent for the prioritized sampler (≥ 0).
       seed: seeds the sampling RNG (PCG64); its state is saved with the table.
       name: used in messages and stats.

@@ -1,4 +1,4 @@
-"""Loggers: sinks for flat dictionaries of metrics (spec §9).
+"""Loggers: sinks for flat dictionaries of metrics (algorithm.md §9).
 
 A logger receives one row at a time (`write(mapping)`) and is closed once at the end. Sinks:
 terminal (`[Label] Key = value | …`), CSV (`<run>/logs/<label>/logs.csv`) and TensorBoard

@@ -1,7 +1,7 @@
-"""The actor–environment loop (spec §3, §7.5) and a stand-alone policy evaluation with optional video.
+"""The actor–environment loop (algorithm.md §3, §7.5) and a stand-alone policy evaluation with optional video.
 
 `EnvironmentLoop` runs whole episodes: reset, then select action → step → observe → update until the
-LAST timestep, and logs one row per episode with the keys of spec §7.5. `evaluate` runs a fixed
+LAST timestep, and logs one row per episode with the keys of algorithm.md §7.5. `evaluate` runs a fixed
 policy for a number of episodes and summarises the returns; it can record the first episodes to an
 MP4 or GIF file.
 """
@@ -111,7 +111,7 @@ class EnvironmentLoop:
         self._stop_event.set()
 
     def run_episode(self) -> dict[str, Any]:
-        """Runs one episode and returns its row (spec §7.5 keys, counts, observer metrics)."""
+        """Runs one episode and returns its row (algorithm.md §7.5 keys, counts, observer metrics)."""
         episode_start = time.perf_counter()
         timestep = self._environment.reset()
         reset_duration = time.perf_counter() - episode_start

@@ -1,4 +1,4 @@
-"""Atomic, checksummed, pickle-free checkpoints of a pytree (spec §9).
+"""Atomic, checksummed, pickle-free checkpoints of a pytree (algorithm.md §9).
 
 File layout (`checkpoint_<step>.ckpt`)::
 

@@ -1,4 +1,4 @@
-"""Hierarchical counters of steps, episodes and wall time (spec §7.5).
+"""Hierarchical counters of steps, episodes and wall time (algorithm.md §7.5).
 
 A root `Counter` holds totals. A child counter (actor, evaluator, learner) counts locally and, at
 most once every `time_delta` seconds, pushes the counts it gathered since the last push to its
