@@ -84,15 +84,27 @@ def shared_ray_cluster():
     return _SHARED_RAY.get()
 
 
+def _uses_shared_cluster(item) -> bool:
+    return "shared_ray_cluster" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests that share the cluster run one after another, from the place of the first of them
-    (each module's and each test's order otherwise kept), so that one start serves them all."""
-    users = [item for item in items if "shared_ray_cluster" in getattr(item, "fixturenames", ())]
-    if len(users) < 2:
-        return
-    first = items.index(users[0])
-    others = [item for item in items if item not in set(users)]
-    items[:] = others[:first] + users + others[first:]
+    (each module's and each test's order otherwise kept), so that one start serves them all.
+
+    Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that starts Ray (marked
+    `ray`, or using the shared cluster) goes to one worker, in that order: never two clusters at once
+    on the 2-core machines this runs on (Ray's start-up has timeouts), and one start for the sharers."""
+    users = [item for item in items if _uses_shared_cluster(item)]
+    if len(users) >= 2:
+        first = items.index(users[0])
+        chosen = set(users)
+        others = [item for item in items if item not in chosen]
+        items[:] = others[:first] + users + others[first:]
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if _uses_shared_cluster(item) or item.get_closest_marker("ray"):
+                item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down (they may still use Ray)

@@ -130,7 +130,9 @@ def kill_writer(directory: Path, delay: float) -> list[str]:
 def test_kill_9_across_checkpoint_writes_always_leaves_an_exact_checkpoint(tmp_path):
     rng = np.random.default_rng(SEED)
     directory = tmp_path / "checkpoints"
-    trials, mid_write, last_announced = 24, 0, 0
+    # About three kills in four land inside a write (18 of 24 when measured): 12 cover the write's
+    # stages (learner file, replay file, state.json, rename, pruning) and the gaps between writes.
+    trials, mid_write, last_announced = 12, 0, 0
     for trial in range(trials):
         delay = float(rng.uniform(0.0, 0.25))  # a few saves long: lands inside and between writes
         lines = kill_writer(directory, delay)
