@@ -377,9 +377,12 @@ def run_and_kill(tmp_path: Path, kills: list[str]) -> tuple[int, str, list[psuti
             driver.kill()
             driver.wait(30)
     reader.join(10)
-    time.sleep(1.0)  # processes told to exit may still be on their way out
-    left = alive({p.pid: p for p in [*seen, *session_processes(sessions)]}.values())
-    return driver.returncode, "".join(lines), left
+    cluster = list({p.pid: p for p in [*seen, *session_processes(sessions)]}.values())
+    try:  # processes told to exit may still be on their way out
+        wait_for(lambda: not alive(cluster), "the cluster's processes to exit", timeout=30, period=0.1)
+    except AssertionError:
+        pass  # the test names the ones left
+    return driver.returncode, "".join(lines), alive(cluster)
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
