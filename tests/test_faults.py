@@ -52,7 +52,12 @@ def wait_for(condition, what: str, timeout: float = 120.0, period: float = 0.005
 
 def in_progress(directory: Path) -> bool:
     """A checkpoint write was under way: its temporary folder or file exists."""
-    return directory.is_dir() and (any(directory.glob(".step_*")) or any(directory.glob("*/learner/.*.tmp")))
+    while True:
+        try:
+            return directory.is_dir() and (any(directory.glob(".step_*")) or
+                                           any(directory.glob("*/learner/.*.tmp")))
+        except FileNotFoundError:  # a running trainer pruned a folder while it was listed: look again
+            continue
 
 
 # ------------------------------------------------------------ kill -9 across checkpoint writes (20+)
