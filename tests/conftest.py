@@ -10,6 +10,11 @@ import os
 import pathlib
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers get COLUMNS=80 and LINES=24, which every `dmpo` they start (in a tmux
+    # pane of any width, tests/test_terminal.py) would take for its terminal's size.
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
