@@ -10,6 +10,11 @@ import os
 import pathlib
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers get COLUMNS=80 and LINES=24, which every `dmpo` they start (in a tmux
+    # pane of any width, tests/test_terminal.py) would take for its terminal's size.
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -39,3 +44,79 @@ def benchmark_script():
         return loaded[name]
 
     return load
+
+
+# ------------------------------------------------- one private Ray cluster, shared by neighbouring tests
+
+class _SharedRayCluster:
+    """The cluster behind the `shared_ray_cluster` fixture: started on first use, stopped by
+    `pytest_runtest_teardown` below once no test after it asks for it."""
+
+    def __init__(self) -> None:
+        self.info = None
+
+    def get(self):
+        import ray
+
+        from dmpo.distributed.cluster import start_local_cluster
+
+        if self.info is None or not ray.is_initialized():
+            self.info = start_local_cluster(num_cpus=2)
+        return self.info
+
+    def stop(self) -> None:
+        from dmpo.distributed.cluster import stop_local_cluster
+
+        if self.info is not None:
+            self.info = None
+            stop_local_cluster()  # waits for its processes and puts RAY_AUTH_* back
+
+
+_SHARED_RAY = _SharedRayCluster()
+
+
+@pytest.fixture
+def shared_ray_cluster():
+    """A private local Ray cluster (2 CPUs, `dmpo.distributed.start_local_cluster`) in this process,
+    shared by consecutive tests that ask for it: the first starts it (10-40 s on a loaded 2-core
+    machine), and it stops after the last test of a run of such tests (at the end of that test's
+    module), so the tests after them see no Ray in this process, as they would without it.
+
+    For tests that run Ray actors or the distributed program in this process (which reuses an
+    initialised Ray) and need nothing of a fresh cluster. A test about what a cluster's processes
+    inherit when it starts, or about its processes after it stops, starts its own."""
+    pytest.importorskip("ray")
+    return _SHARED_RAY.get()
+
+
+def _uses_shared_cluster(item) -> bool:
+    return "shared_ray_cluster" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests that share the cluster run one after another, from the place of the first of them
+    (each module's and each test's order otherwise kept), so that one start serves them all.
+
+    Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that starts Ray (marked
+    `ray`, or using the shared cluster) goes to one worker, in that order: never two clusters at once
+    on the 2-core machines this runs on (Ray's start-up has timeouts), and one start for the sharers."""
+    users = [item for item in items if _uses_shared_cluster(item)]
+    if len(users) >= 2:
+        first = items.index(users[0])
+        chosen = set(users)
+        others = [item for item in items if item not in chosen]
+        items[:] = others[:first] + users + others[first:]
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if _uses_shared_cluster(item) or item.get_closest_marker("ray"):
+                item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down (they may still use Ray)
+def pytest_runtest_teardown(item, nextitem):
+    if _SHARED_RAY.info is None:
+        return
+    if nextitem is not None and (nextitem.module is item.module
+                                 or "shared_ray_cluster" in getattr(nextitem, "fixturenames", ())):
+        return
+    _SHARED_RAY.stop()

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from dmpo.cli.main import main
+from images import assert_curves_drawn
 
 
 def run_cli(argv, capsys):
@@ -159,7 +160,7 @@ def test_train_eval_plot_end_to_end(tmp_path):
     plot = subprocess.run([*cli, "plot", str(run), "-o", str(png), "--label", "environment_loop"],
                           capture_output=True, text=True, timeout=600, env=env)
     assert plot.returncode == 0, plot.stderr[-3000:]
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_curves_drawn(png, ["C0"])
 
 
 def assert_episode_video(path, frames):
@@ -236,7 +237,7 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     plot = subprocess.run([*cli, "plot", str(run), "-o", str(png)], capture_output=True, text=True,
                           timeout=600, env=env)
     assert plot.returncode == 0, plot.stderr[-3000:]
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_curves_drawn(png, ["C0"])
 
     target = state["env_steps"] + 500
     resumed = subprocess.run([*cli, "train", "--resume", str(run), "--steps", str(target)],

@@ -44,16 +44,44 @@ def test_yields_batches_of_the_right_shape():
             np.testing.assert_array_equal(batch["obs"], np.repeat(batch["k"][:, None], 3, 1))
 
 
+class CountingPermits:
+    """Stands in for a PrefetchingIterator's permit semaphore: counts the polls that found no room."""
+
+    def __init__(self, semaphore) -> None:
+        self._semaphore = semaphore
+        self.refused = 0
+
+    def acquire(self, *args, **kwargs) -> bool:
+        got = self._semaphore.acquire(*args, **kwargs)
+        self.refused += not got
+        return got
+
+    def release(self, *args, **kwargs) -> None:
+        self._semaphore.release(*args, **kwargs)
+
+
+def count_refusals(iterator: PrefetchingIterator) -> CountingPermits:
+    iterator._permits = permits = CountingPermits(iterator._permits)  # read anew at every poll
+    return permits
+
+
+def wait_for_refusals(permits: CountingPermits, count: int) -> None:
+    """Until `count` more polls found no room: each producer had the chance to run further ahead."""
+    start = permits.refused
+    wait_for(lambda: permits.refused >= start + count)
+
+
 def test_keeps_at_most_prefetch_size_batches_ahead():
     table = Table(SIGNATURE, 50, MinSize(1), seed=0)
     table.insert_batch(items(range(50)))
     iterator = PrefetchingIterator(table, batch_size=4, prefetch_size=3, poll_interval=0.01)
+    permits = count_refusals(iterator)
     wait_for(lambda: iterator.ready == 3)
-    time.sleep(0.2)  # the producer had time to run further ahead, and must not have
+    wait_for_refusals(permits, 2)
     assert iterator.ready == 3 and table.stats().samples == 12
     next(iterator)
     wait_for(lambda: table.stats().samples == 16)
-    time.sleep(0.1)
+    wait_for_refusals(permits, 2)
     assert iterator.ready == 3 and table.stats().samples == 16
     iterator.close()
 
@@ -145,8 +173,9 @@ def test_several_workers_share_the_prefetch_bound():
     iterator = PrefetchingIterator(table, batch_size=4, prefetch_size=3, poll_interval=0.01, num_workers=3)
     batches = [next(iterator) for _ in range(10)]
     assert all(b["k"].shape == (4,) for b in batches)
+    permits = count_refusals(iterator)
     wait_for(lambda: iterator.ready == 3)
-    time.sleep(0.2)
+    wait_for_refusals(permits, 2 * 3)  # two polls of each of the three workers
     assert table.stats().samples == (10 + 3) * 4  # consumed + at most prefetch_size ahead
     iterator.close(timeout=5)
     assert not any(t.is_alive() for t in iterator._threads)

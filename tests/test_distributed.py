@@ -1,11 +1,11 @@
 """Distributed DMPO on Ray: replay node and clients, variable client, counters, the whole program.
 
-One local Ray cluster (2 CPUs) serves the module. The program tests use tiny networks and a fake
-environment; what they pin down: actors fill replay and the learner steps, the replay counters stay
-inside the rate limiter's window at every snapshot, a killed actor is replaced and training goes on,
-a killed learner stops everything with a clear error and `resume=True` continues from the
-checkpoint with counts that add up exactly, and a program that started its own cluster leaves no
-Ray process behind after Ctrl-C.
+One private local Ray cluster (2 CPUs, conftest's `shared_ray_cluster`) serves the module. The program
+tests use tiny networks and a fake environment; what they pin down: actors fill replay and the learner
+steps, the replay counters stay inside the rate limiter's window at every snapshot, a killed actor is
+replaced and training goes on, a killed learner stops everything with a clear error and `resume=True`
+continues from the checkpoint with counts that add up exactly, and a program that started its own
+cluster leaves no Ray process behind after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ from dmpo.distributed import (  # noqa: E402
     NodeFailure,
     ProgramOptions,
     run_distributed,
-    start_local_cluster,
 )
-from dmpo.distributed.cluster import stop_local_cluster  # noqa: E402
 from dmpo.distributed.counter_service import RemoteCounterService, make_child_counter  # noqa: E402
 from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteTableSampler  # noqa: E402
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
@@ -117,11 +115,9 @@ def wait_for(condition, what: str, timeout: float = DEADLINE, period: float = 0.
     return waiting.wait_for(condition, what, timeout, period)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    info = start_local_cluster(num_cpus=2)
-    yield info
-    stop_local_cluster()  # also restores RAY_AUTH_* for the tests after this module
+@pytest.fixture
+def cluster(shared_ray_cluster):
+    return shared_ray_cluster  # kept until the end of this module, or longer for the modules after it
 
 
 # ------------------------------------------------------------------------------------ rate limiter

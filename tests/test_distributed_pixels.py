@@ -18,7 +18,7 @@ from dmpo.lifecycle.checkpoints import TrainingCheckpoints  # noqa: E402
 pytestmark = pytest.mark.ray
 
 
-def test_pixel_task_trains_with_an_actor_and_an_evaluator(tmp_path):
+def test_pixel_task_trains_with_an_actor_and_an_evaluator(tmp_path, shared_ray_cluster):
     config = DMPOConfig(
         batch_size=8, min_replay_size=100, max_replay_size=1000, samples_per_insert=8.0, n_step=3,
         learner=LearnerConfig(num_samples=2, augmentation="batch_shift"),

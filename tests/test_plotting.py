@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
@@ -22,6 +21,7 @@ from dmpo.reporting.plotting import (
     plot_runs,
     smooth,
 )
+from images import assert_curves_drawn, colour_pixels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +51,11 @@ def four_runs(tmp_path) -> list[Path]:
 
 def test_plot_runs_writes_a_png(four_runs, tmp_path):
     output = plot_runs(four_runs, tmp_path / "plots" / "curve.png", smoothing=3)
-    image = mpimg.imread(output)
-    assert image.shape[:2] == (540, 840)  # 7 x 4.5 inches at 120 dpi
-    assert image[..., :3].std() > 0.05  # something was drawn
+    # Two groups: a curve in each of the first two colours of the cycle, none in a third.
+    assert_curves_drawn(output, ["C0", "C1"])
+    assert colour_pixels(output, "C2") == 0
     output_std = plot_runs(four_runs, tmp_path / "std.png", spread="std", label_source="evaluator")
-    assert mpimg.imread(output_std).shape == image.shape
+    assert_curves_drawn(output_std, ["C0", "C1"])
 
 
 def test_default_grouping_ignores_seeds_and_labels_by_difference(four_runs):
@@ -176,7 +176,7 @@ def test_x_falls_back_to_a_step_column(tmp_path):
     runs = [make_run(tmp_path, f"r{s}", 0.99, s, steps_key="evaluator_steps") for s in (0, 1)]
     with pytest.warns(UserWarning, match="using 'evaluator_steps' as x"):
         plot_runs(runs, tmp_path / "p.png")
-    assert mpimg.imread(tmp_path / "p.png").ndim == 3
+    assert_curves_drawn(tmp_path / "p.png", ["C0"])  # one group: both seeds averaged
     mixed = [runs[0], make_run(tmp_path, "other", 0.99, 2)]
     with pytest.raises(ValueError, match="different x columns"), pytest.warns(UserWarning):
         plot_runs(mixed, tmp_path / "q.png")

@@ -214,8 +214,9 @@ def test_blocked_calls_are_woken_by_the_other_side():
     sampler = _start(lambda: results.append(table.sample(3)["x"]))
     _wait_for(lambda: table.stats().waiting_samples == 1)
     table.insert_batch(batch([7, 7]))  # min size reached, 2 samples allowed, 1 still missing
-    time.sleep(0.05)
-    assert sampler.is_alive() and table.stats().samples == 2
+    # It took the two and is blocked again, waiting for the third.
+    _wait_for(lambda: (s := table.stats()).samples == 2 and s.waiting_samples == 1)
+    assert sampler.is_alive() and not results
     table.insert({"x": np.int64(7)})
     sampler.join(5)
     assert not sampler.is_alive() and results[0].shape == (3,)

@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,10 +25,11 @@ from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, T
 from dmpo.envs import EnvError, TaskFactory, make
 from dmpo.envs.entry_points import load_callable
 from dmpo.envs.registry import PipelineFactory
-from dmpo.learning.critic_support import MARGIN_ABOVE, MARGIN_BELOW, resolve_support
+from dmpo.learning.critic_support import resolve_support
 from dmpo.learning.support_monitor import ROWS, THRESHOLD, SupportMonitor
 from dmpo.lifecycle.task_setup import prepare_task
 from dmpo.losses import support_edge_mass
+from images import assert_curves_drawn
 
 REPO = Path(__file__).resolve().parents[1]
 ENVS = "tests.envs_for_tests"
@@ -177,10 +179,18 @@ def test_entry_point_trains_evaluates_plots_and_resumes_exactly_from_the_cli(tmp
     saved = json.loads((whole / "config.json").read_text())["config"]
     assert saved["env"] == POINT_MASS
     networks = saved["agent"]["networks"]
-    expected, _ = resolve_support(tiny_config(POINT_MASS, vmin="auto", vmax="auto"),
-                                  TaskFactory(POINT_MASS), make(POINT_MASS, seed=0))
-    assert (networks["vmin"], networks["vmax"]) == (expected.agent.networks.vmin,
-                                                    expected.agent.networks.vmax)
+    # The recorded support, from the rewards the run says its random probe saw, by the documented rule
+    # worked by hand: returns in [min(lo, lo/(1-γ)), max(hi, hi/(1-γ))] at γ = 0.99, then a quarter of
+    # that span added below and the whole span above.
+    announced = re.search(r"critic support auto: \[(\S+), (\S+)\] \(60 random steps saw rewards in "
+                          r"\[(\S+), (\S+)\]", " ".join(output.split()))
+    assert announced, output
+    vmin, vmax, low, high = map(float, announced.groups())
+    returns_low, returns_high = min(low, low / 0.01), max(high, high / 0.01)
+    span = max(returns_high - returns_low, 1.0)
+    assert (networks["vmin"], networks["vmax"]) == pytest.approx(
+        (returns_low - span / 4, returns_high + span), rel=1e-3)  # the rewards are printed to 4 digits
+    assert (networks["vmin"], networks["vmax"]) == pytest.approx((vmin, vmax), rel=1e-5)  # as announced
     assert "critic/edge_mass" in (whole / "logs" / "learner" / "logs.csv").read_text().splitlines()[0]
 
     code, output = cli(["train", "--steps", "100", "--run-dir", str(split), *common], capsys)
@@ -198,8 +208,11 @@ def test_entry_point_trains_evaluates_plots_and_resumes_exactly_from_the_cli(tmp
 
     code, output = cli(["eval", str(whole), "--episodes", "1"], capsys)
     assert code == 0 and f"{POINT_MASS}: return" in output, output
-    code, output = cli(["plot", str(whole), "-o", str(tmp_path / "curves.png")], capsys)
-    assert code == 0 and (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG", output
+    # The episodes' curve (ten 20-step episodes; the run's one evaluation would be a single point).
+    png = tmp_path / "curves.png"
+    code, output = cli(["plot", str(whole), "-o", str(png), "--label", "environment_loop"], capsys)
+    assert code == 0, output
+    assert_curves_drawn(png, ["C0"])
 
 
 @pytest.mark.ray
@@ -247,9 +260,10 @@ def test_auto_support_from_observed_rewards():
     name = f"{ENVS}:make_known_rewards"  # rewards -3, 5, 1 repeating, no declared range
     config, line = resolve_support(tiny_config(name, vmin="auto", vmax="auto"), TaskFactory(name),
                                    make(name, seed=0))
-    low, high = -3.0 / (1 - 0.99), 5.0 / (1 - 0.99)  # [-300, 500]: span 800
-    assert config.agent.networks.vmin == pytest.approx(low - MARGIN_BELOW * 800)
-    assert config.agent.networks.vmax == pytest.approx(high + MARGIN_ABOVE * 800)
+    # Returns of rewards in [-3, 5] at discount 0.99 lie in [-300, 500] (span 800); the documented
+    # widening is a quarter of the span below (-500) and the whole span above (1300).
+    assert config.agent.networks.vmin == pytest.approx(-500.0)
+    assert config.agent.networks.vmax == pytest.approx(1300.0)
     assert "random steps saw rewards in [-3, 5]" in line
 
 
