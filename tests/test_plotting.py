@@ -180,3 +180,11 @@ def test_x_falls_back_to_a_step_column(tmp_path):
     mixed = [runs[0], make_run(tmp_path, "other", 0.99, 2)]
     with pytest.raises(ValueError, match="different x columns"), pytest.warns(UserWarning):
         plot_runs(mixed, tmp_path / "q.png")
+
+
+def test_a_run_with_one_evaluation_is_drawn(tmp_path):
+    run = make_run(tmp_path, "one", 0.99, 0, n=1)
+    output = plot_runs([run], tmp_path / "one.png", label_source="evaluator")
+    # A one-point line draws nothing: only the legend's short line would be in the first colour
+    # (about 30 pixels); the point's marker in the axes and in the legend make several times that.
+    assert colour_pixels(output, "C0") > 100

@@ -311,7 +311,9 @@ def _draw(curves: Mapping[str, Sequence[Curve]], aggregated: Mapping[str, tuple[
         runs = curves[label]
         count = len(runs)
         name = f"{label}: mean of {count} runs" if count > 1 else f"{label}: {runs[0].run.name}"
-        (line,) = axes.plot(grid, mean, label=name, linewidth=2.0 if per_seed else 1.5)
+        # A curve of one point (a run with one evaluation so far) draws no line: it gets a marker.
+        (line,) = axes.plot(grid, mean, label=name, linewidth=2.0 if per_seed else 1.5,
+                            marker="o" if len(grid) == 1 else None)
         if count > 1:
             axes.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
             banded = True
