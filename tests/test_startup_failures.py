@@ -60,7 +60,7 @@ def test_wandb_without_a_key_fails_the_run_in_one_line(tmp_path, capsys, monkeyp
     code, errors = run_cli(["train", *FLAGS, "--track", "wandb", "--run-dir", str(run)], capsys)
     assert code == 1
     assert len(errors) == 1 and errors[0].startswith(
-        "dmpo: error: --track wandb: the tracker could not start (UsageError: "), errors
+        "dmpo: error: --track wandb: the tracker could not start (PermissionError: no W&B API key"), errors
     status, reason = status_of(run)
     assert status == "failed" and reason.startswith("TrackerError: --track wandb")
 

@@ -100,6 +100,11 @@ class WandbTracker(Tracker):
     def __init__(self, run_dir: Path, project: str, config: dict[str, Any], run_id: str | None) -> None:
         import wandb
 
+        if not _wandb_can_log():
+            # Said here rather than left to wandb.init, whose answer depends on the settings an earlier
+            # run in the same process left behind (an offline run makes every later one offline).
+            raise PermissionError("no W&B API key: set WANDB_API_KEY, run `wandb login`, or log offline "
+                                  "with WANDB_MODE=offline")
         self._wandb = wandb
         self.run = wandb.init(project=project, name=run_dir.name, dir=str(run_dir), config=config,
                               id=run_id, resume="allow" if run_id else None)
@@ -174,6 +179,22 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def _wandb_can_log() -> bool:
+    """An offline or disabled W&B, or a key: in WANDB_API_KEY or in the netrc file `wandb login` writes."""
+    import netrc
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
+        return True
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):  # no netrc file, or one wandb could not read either
+        return False
 
 
 def open_tracker(config: Any, run: Any) -> Tracker | None:
