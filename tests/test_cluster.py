@@ -44,12 +44,20 @@ def _listening_sockets(processes) -> list[tuple[int, str, str, int]]:
     return found
 
 
-def _connect(address: str, **auth: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    # Resolve 127.0.0.1 as given (see cluster.py), and give up quickly when refused.
-    env.update(auth, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_gcs_rpc_server_reconnect_timeout_s="3")
-    return subprocess.run([sys.executable, "-c", _CONNECT, address], env=env, capture_output=True,
-                          text=True, timeout=120)
+def _connect_all(address: str, auths: list[dict[str, str]]) -> list[subprocess.CompletedProcess]:
+    """One client process per `auths` entry, all at once (each waits out its own refusal)."""
+    started = []
+    for auth in auths:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        # Resolve 127.0.0.1 as given (see cluster.py), and give up quickly when refused.
+        env.update(auth, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_gcs_rpc_server_reconnect_timeout_s="3")
+        started.append(subprocess.Popen([sys.executable, "-c", _CONNECT, address], env=env, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    done = []
+    for process in started:
+        stdout, stderr = process.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+    return done
 
 
 def test_private_cluster_listens_on_loopback_only_and_requires_its_token(monkeypatch, tmp_path):
@@ -76,13 +84,14 @@ def test_private_cluster_listens_on_loopback_only_and_requires_its_token(monkeyp
 
         token = os.environ["RAY_AUTH_TOKEN"]
         assert os.environ["RAY_AUTH_MODE"] == "token" and len(token) == 64
-        for auth in ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64},  # a wrong token
-                     {"RAY_AUTH_MODE": "token"},  # no token at all
-                     {"RAY_AUTH_MODE": "disabled"}):  # a client with authentication off
-            refused = _connect(info.address, **auth)
+        refusals = [{"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64},  # a wrong token
+                    {"RAY_AUTH_MODE": "token"},  # no token at all
+                    {"RAY_AUTH_MODE": "disabled"}]  # a client with authentication off
+        *refused_all, accepted = _connect_all(
+            info.address, [*refusals, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}])
+        for auth, refused in zip(refusals, refused_all, strict=True):
             assert refused.returncode != 0 and "CONNECTED" not in refused.stdout, auth
             assert token not in refused.stdout + refused.stderr  # the cluster does not echo its token
-        accepted = _connect(info.address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
         assert "CONNECTED 42" in accepted.stdout, accepted.stderr[-2000:]
 
         # Session files (logs, sockets) are private to this user: nothing in the cluster's own folder
