@@ -609,12 +609,15 @@ class DistributedProgram:
         return result
 
     def _queue_final_evaluation(self, timeout: float) -> None:
-        """A finished run's last rounds: the boundaries crossed since the last pass and the final one."""
-        if self.evaluator is None or not self.config.eval_every or self.events.stop_requested:
+        """A finished run's last events: what the last episodes found due (checkpoints written are
+        reported; rounds only when no callback stopped the run) and the final round."""
+        rounds = (self.evaluator is not None and bool(self.config.eval_every)
+                  and not self.events.stop_requested)
+        self._take_due(timeout=None, evaluations=rounds, wait=lambda: timeout)
+        if not rounds:
             return
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
         final_step = int((counts or self.counts).get("actor_steps", 0))
-        self._take_due(timeout=None, wait=lambda: timeout)  # boundaries the last episodes crossed
         if self._last_eval_step != final_step:
             self._request_evaluation(final_step)  # the final evaluation, as in one process
 
