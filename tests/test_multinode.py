@@ -148,14 +148,9 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
         if train is not None and train.poll() is None:
             train.kill()
             train.wait(timeout=60)
-        if holder.poll() is None:
-            holder.stdin.write("stop\n")
-            holder.stdin.flush()
-        try:
-            holder.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            holder.kill()
-            holder.wait(timeout=30)
+        from two_node_cluster import stop_holder
+
+        stop_holder(holder)
         gone, alive = psutil.wait_procs([p for p in started if _exists(p)], timeout=60)
         for process in alive:  # only processes this test's cluster started
             process.kill()

@@ -301,14 +301,9 @@ def test_a_trial_whose_node_is_lost_is_restarted_and_resumes(tmp_path):
         if sweep is not None and sweep.poll() is None:
             sweep.kill()
             sweep.wait(timeout=60)
-        if holder.poll() is None:
-            holder.stdin.write("stop\n")
-            holder.stdin.flush()
-        try:
-            holder.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            holder.kill()
-            holder.wait(timeout=30)
+        from two_node_cluster import stop_holder
+
+        stop_holder(holder)
 
 
 @pytest.mark.ray

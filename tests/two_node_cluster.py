@@ -67,5 +67,20 @@ def main(temp_dir: str) -> None:
     print("STOPPED", flush=True)
 
 
+def stop_holder(holder) -> None:
+    """Asks the process running this script (`holder`, started with stdin=PIPE) to stop its cluster,
+    and kills it if it has not ended within two minutes."""
+    import subprocess
+
+    if holder.poll() is None:
+        holder.stdin.write("stop\n")
+        holder.stdin.flush()
+    try:
+        holder.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -18,7 +18,6 @@ shaded bands are a pointwise percentile bootstrap of the mean (`bootstrap_ci`). 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime
 import io
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from dmpo.reporting.plotting import interpolate_curves, load_curve
+from dmpo.sweeps.results import csv_text
 from dmpo.utils.files import atomic_write_bytes, atomic_write_text
 
 __all__ = [
@@ -228,14 +228,6 @@ def summarise(results: Sequence[RunResult], *, resamples: int = 10_000, seed: in
 # ------------------------------------------------------------------------------------------- outputs
 
 
-def _csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def _number(value: float | None, digits: int = 1) -> str:
     return "" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
@@ -256,7 +248,7 @@ def write_results_csv(path: str | os.PathLike[str], summaries: Sequence[GroupSum
              " ".join(f"{v:.4f}" for v in s.final_returns), " ".join(f"{v:.4f}" for v in s.auc_returns),
              _number(s.env_steps_per_second, 3), _number(s.minutes_per_100k_steps, 3),
              f"{s.final_iqm:.4f}", *_bounds(s.final_iqm_ci)] for s in summaries]
-    atomic_write_text(path, _csv_text(header, rows))
+    atomic_write_text(path, csv_text(header, rows))
 
 
 def write_runs_csv(path: str | os.PathLike[str], results: Sequence[RunResult]) -> None:
@@ -266,7 +258,7 @@ def write_runs_csv(path: str | os.PathLike[str], results: Sequence[RunResult]) -
              f"{r.auc_return:.4f}", _number(r.wall_seconds, 1), _number(r.env_steps_per_second, 3),
              str(r.run)]
             for r in results]
-    atomic_write_text(path, _csv_text(header, rows))
+    atomic_write_text(path, csv_text(header, rows))
 
 
 def _ci_cell(interval: tuple[float, float] | None, n: int) -> str:

@@ -205,7 +205,8 @@ def _trial_cells(trial: TrialResult) -> list[str]:
     ]
 
 
-def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A CSV table (header, then rows) as text, each line ended by a newline."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
@@ -228,8 +229,8 @@ def write_results(
     trial_rows = [_trial_cells(t) for t in trials]
     point_header = ("point", "seeds", "finished", "IQM final return [95% CI]", "mean final return [95% CI]")
     point_rows = [[p.point, str(p.seeds), str(p.finished), p.iqm, p.mean] for p in points]
-    atomic_write_text(out / "results.csv", _csv(_TRIAL_COLUMNS, trial_rows))
-    atomic_write_text(out / "points.csv", _csv(point_header, point_rows))
+    atomic_write_text(out / "results.csv", csv_text(_TRIAL_COLUMNS, trial_rows))
+    atomic_write_text(out / "points.csv", csv_text(point_header, point_rows))
     shown = [[*row[:-1], Path(row[-1]).relative_to(out).as_posix()] for row in trial_rows]
     text = [
         f"# Sweep {out.name}",
