@@ -40,7 +40,12 @@ import threading
 import time
 from pathlib import Path
 
-from benchtools.side_by_side_metrics import all_reached, env_steps_per_second, results_markdown
+from benchtools.side_by_side_metrics import (
+    MOVING_MEAN_EPISODES,
+    all_reached,
+    env_steps_per_second,
+    results_markdown,
+)
 from dmpo.sweeps.results import DEFAULT_THRESHOLDS
 
 RUN_KINDS = ("dmpo", "dmpo-overlap", "dmpo-actors1", "sac", "acme")
@@ -152,7 +157,11 @@ def parse_acme(lines: list[tuple[float, str]]) -> dict:
 
 
 def parse_dmpo(evaluator: CsvTail, episodes: CsvTail) -> dict:
+    # A distributed actor logs at most one episode row every 10 s, so with --actors some episodes may have
+    # no row: the moving mean then runs over the logged ones, and the record says how many it missed.
+    counted = max((int(float(row.get("actor_episodes") or 0)) for _, row in episodes.rows), default=0)
     return {
+        "episodes_without_row": max(counted - len(episodes.rows), 0),
         "evaluations": [{"env_steps": int(float(row["actor_steps"])), "return": float(row["return_mean"]),
                          "seconds": seconds, "own_wall_seconds": float(row["wall_seconds"])}
                         for seconds, row in evaluator.rows],
@@ -177,10 +186,11 @@ def stop_group(process: subprocess.Popen) -> None:
 
 def run_one(kind: str, seed: int, args: argparse.Namespace) -> dict:
     record = {"kind": kind, "seed": seed, "task": args.task, "threshold": args.threshold,
+              "mean_episodes": args.mean_episodes,
               "max_steps": args.max_steps, "max_minutes": args.max_minutes}
     if kind == "acme" and args.task != ACME_TASK:
         record.update(status=f"unsupported: the Acme peer runs only {ACME_TASK}",
-                      evaluations=None, episodes=[])
+                      evaluations=None, episodes=None)
         return record
     run_dir = args.out / "runs" / kind / f"seed-{seed}"
     if run_dir.exists():
@@ -256,6 +266,7 @@ def write_summary(out: Path, results: dict) -> None:
         f"- commit: {results['commit']}",
         f"- machine: {results['machine']}",
         f"- caps per run: {results['max_steps']:,} env steps, {results['max_minutes']:g} min",
+        f"- (b) averages the last {results.get('mean_episodes', MOVING_MEAN_EPISODES)} training episodes",
         "- times: wall-clock since each run's launch, when its line or log row was first seen",
         "", "Commands:", "",
     ] + [f"- {r['kind']} seed {r['seed']}: `{r.get('command', r['status'])}`" for r in results["runs"]]
@@ -272,6 +283,8 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threshold", type=float, default=None,
                         help="return to reach (default: the task's DEFAULT_THRESHOLDS entry, "
                              "dmpo.sweeps.results)")
+    parser.add_argument("--mean-episodes", type=int, default=MOVING_MEAN_EPISODES,
+                        help="training episodes in the moving mean of metric (b) (fewer only for smoke runs)")
     parser.add_argument("--max-steps", type=int, default=500_000)
     parser.add_argument("--max-minutes", type=float, default=60.0)
     parser.add_argument("--eval-every", type=int, default=10_000, help="dmpo and SAC evaluation period")
@@ -304,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     if results["runs"] and (results["task"], results["threshold"]) != (args.task, args.threshold):
         sys.exit(f"{results_path} holds {results['task']} at threshold {results['threshold']}: "
                  "use another --out")
-    results.update(task=args.task, threshold=args.threshold, max_steps=args.max_steps,
+    results.update(task=args.task, threshold=args.threshold, mean_episodes=args.mean_episodes,
+                   max_steps=args.max_steps,
                    max_minutes=args.max_minutes, machine=machine_description(), commit=git_commit(),
                    dmpo_flags=args.dmpo_flags,
                    script=shlex.join([sys.executable, *sys.argv]))

@@ -2,7 +2,8 @@
 
 A recorded run is a dict (as stored in results.json) with, among others:
 
-    kind, seed, threshold, status ("reached", "cap: max steps", "cap: max minutes", "unsupported: ...",
+    kind, seed, threshold, mean_episodes (the moving mean's window, 10 by default),
+    status ("reached", "cap: max steps", "cap: max minutes", "unsupported: ...",
     "failed (exit N)"), seconds (how long it ran), env_steps (the last count seen),
     evaluations   [{env_steps, return, seconds}]   evaluation returns (dmpo evaluator, SAC eval lines)
     episodes      [{env_steps, return, seconds}]   training-episode returns (dmpo, Acme)
@@ -25,7 +26,7 @@ EVALUATION = "evaluation"
 TRAINING_MEAN = "training_mean"
 METRIC_TITLES = {
     EVALUATION: "(a) evaluation return ≥ threshold",
-    TRAINING_MEAN: f"(b) {MOVING_MEAN_EPISODES}-episode mean training return ≥ threshold",
+    TRAINING_MEAN: "(b) moving mean of training returns ≥ threshold",
 }
 # Which peer each metric compares dmpo against: the one that measures the same thing.
 METRIC_PEER = {EVALUATION: "sac", TRAINING_MEAN: "acme"}
@@ -71,7 +72,9 @@ def metric_points(run: Mapping[str, Any], metric: str) -> list[dict] | None:
     if metric == EVALUATION:
         return run.get("evaluations")
     episodes = run.get("episodes")
-    return None if episodes is None else moving_mean(episodes)
+    if episodes is None:
+        return None
+    return moving_mean(episodes, int(run.get("mean_episodes", MOVING_MEAN_EPISODES)))
 
 
 def run_metric(run: Mapping[str, Any], metric: str) -> Reached | None:
@@ -172,8 +175,11 @@ def results_markdown(runs: Sequence[Mapping[str, Any]], *, preamble: Sequence[st
         speed = env_steps_per_second(run)
         cells = [reached_cell(run_metric(run, m), metric_available(run, m)) for m in METRIC_TITLES]
         load = f"{run.get('load_start', float('nan')):.2f} → {run.get('load_end', float('nan')):.2f}"
+        status = run.get("status", "")
+        if run.get("episodes_without_row"):
+            status += f" ({run['episodes_without_row']} training episodes not logged)"
         lines.append(f"| {run['kind']} | {run['seed']} | {'' if speed is None else f'{speed:.0f}'} | "
-                     f"{cells[0]} | {cells[1]} | {run.get('status', '')} | {load} |")
+                     f"{cells[0]} | {cells[1]} | {status} | {load} |")
     medians = kind_medians(runs)
     lines += ["", "## Median over seeds", "", f"| run | seeds | {head_a} | {head_b} |", "|---|---|---|---|"]
     for kind, group in sorted(_by_kind(runs).items()):
