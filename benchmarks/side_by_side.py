@@ -171,10 +171,19 @@ def parse_dmpo(evaluator: CsvTail, episodes: CsvTail) -> dict:
 
 
 def stop_group(process: subprocess.Popen) -> None:
-    """SIGINT to the group (dmpo finishes its snapshot on it), then SIGTERM, then SIGKILL."""
-    for sig, wait in ((signal.SIGINT, STOP_GRACE_SECONDS), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+    """SIGINT to the run's main process, then SIGTERM and SIGKILL to its whole group if it lingers.
+
+    The interrupt goes to the main process alone: dmpo finishes its snapshot on it and, with --actors,
+    stops its Ray nodes itself, which an interrupt landing on every worker at once would get in the way of.
+    """
+    stops = ((signal.SIGINT, False, STOP_GRACE_SECONDS), (signal.SIGTERM, True, 10.0),
+             (signal.SIGKILL, True, 10.0))
+    for sig, whole_group, wait in stops:
         try:
-            os.killpg(process.pid, sig)
+            if whole_group:
+                os.killpg(process.pid, sig)
+            else:
+                os.kill(process.pid, sig)
         except ProcessLookupError:
             return
         try:
@@ -182,6 +191,14 @@ def stop_group(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def clear_group(process: subprocess.Popen) -> None:
+    """Ends what is left of an exited run's process group, so nothing of it runs alongside the next run."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def run_one(kind: str, seed: int, args: argparse.Namespace) -> dict:
@@ -238,6 +255,7 @@ def run_one(kind: str, seed: int, args: argparse.Namespace) -> dict:
             stop_group(process)
             raise
         process.wait()
+        clear_group(process)
         reader.join()
         # Rows and lines written while the run finished (last evaluation, final episode), seen at its exit.
         record.update(observed())
