@@ -174,7 +174,7 @@ def results_markdown(runs: Sequence[Mapping[str, Any]], *, preamble: Sequence[st
     for run in sorted(runs, key=lambda r: (r["kind"], r["seed"])):
         speed = env_steps_per_second(run)
         cells = [reached_cell(run_metric(run, m), metric_available(run, m)) for m in METRIC_TITLES]
-        load = f"{run.get('load_start', float('nan')):.2f} → {run.get('load_end', float('nan')):.2f}"
+        load = f"{run['load_start']:.2f} → {run['load_end']:.2f}" if "load_end" in run else ""
         status = run.get("status", "")
         if run.get("episodes_without_row"):
             status += f" ({run['episodes_without_row']} training episodes not logged)"
