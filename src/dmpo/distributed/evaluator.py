@@ -35,6 +35,33 @@ from dmpo.distributed.variables import AsyncVariableClient
 _KEPT_ROUND_PARAMS = 4  # rounds whose parameters the best-policy callback can still have written
 
 
+class RoundRequests:
+    """The evaluation rounds asked for and not yet started, handed out in the order the caller
+    numbered them. The evaluator is a threaded Ray actor, which may run two `request` calls sent back
+    to back in either order; a round must still start only after every round asked for before it.
+    Not locked: the evaluator calls it under its own condition variable."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, tuple[int | None, list[Any]]] = {}
+        self.received = 0  # requests added
+        self.started = 0  # requests handed out by `pop_next`
+
+    def add(self, number: int | None, env_steps: int | None, variables: list[Any]) -> None:
+        """`number`: how many requests the caller made before this one; None: the next in arrival order."""
+        number = self.received if number is None else number
+        if number < self.started or number in self._waiting:
+            raise ValueError(f"evaluation request number {number} was already given")
+        self.received += 1
+        self._waiting[number] = (env_steps, variables)
+
+    def pop_next(self) -> tuple[int | None, list[Any]] | None:
+        """The next round in the caller's order, or None while it has not arrived."""
+        if self.started not in self._waiting:
+            return None
+        self.started += 1
+        return self._waiting.pop(self.started - 1)
+
+
 class EvaluatorNode:
     """See the module docstring."""
 
@@ -49,8 +76,6 @@ class EvaluatorNode:
         self._period = period_seconds
         self._stop = threading.Event()
         self._wake = threading.Condition()
-        self._pending = 0  # rounds asked for and not started
-        self._started_requests = 0  # rounds asked for and started
         self._round: int | None = None  # env steps of the round running now (None: a periodic one)
         self._round_variables: list[Any] = []
         self._finishing = False
@@ -61,8 +86,7 @@ class EvaluatorNode:
         # Periodic blocking refreshes only: the period is never reached by the step count.
         self._variables = AsyncVariableClient(self._variables_request, update_period=2**62)
         self._actor = settings.builder.make_evaluation_actor(self._variables, seed=seed)
-        # (env steps, [variables ref] or []) of the rounds asked for, not started
-        self._round_steps: list[tuple[int | None, list[Any]]] = []
+        self._requests = RoundRequests()  # the rounds asked for, not started
         self._video_every = video_every  # TrainConfig.video_every; 0: no videos
         self._next_video = video_every or None
         self._counter = make_child_counter(counter_service, "evaluator", settings.counter_time_delta)
@@ -121,12 +145,16 @@ class EvaluatorNode:
         return str(save_policy(Path(path), builder.environment_spec, builder.config.networks, params,
                                metadata=metadata))
 
-    def request(self, env_steps: int | None = None, variables: list[Any] | None = None) -> None:
+    def request(self, env_steps: int | None = None, variables: list[Any] | None = None,
+                number: int | None = None) -> None:
         """Asks for one more evaluation round (at `env_steps`: its label when `variables` is given, and
-        its video's name and schedule); `variables`: `[ref]` to the learner's variables to score."""
+        its video's name and schedule); `variables`: `[ref]` to the learner's variables to score.
+
+        `number`: the caller's count of its earlier requests to this node. Rounds start in that order
+        whatever order Ray runs the calls in (a threaded actor may swap two calls sent back to back);
+        None: in the order the calls run."""
         with self._wake:
-            self._pending += 1
-            self._round_steps.append((env_steps, list(variables or [])))
+            self._requests.add(number, env_steps, list(variables or []))
             self._wake.notify_all()
 
     def finish(self, requests: int | None = None) -> None:
@@ -142,14 +170,12 @@ class EvaluatorNode:
         """Waits for the next round (True) or the end (False)."""
         with self._wake:
             while not self._stop.is_set():
-                if self._pending:
-                    self._pending -= 1
-                    self._started_requests += 1
-                    self._round, self._round_variables = (self._round_steps.pop(0) if self._round_steps
-                                                          else (None, []))
+                asked = self._requests.pop_next()
+                if asked is not None:
+                    self._round, self._round_variables = asked
                     return True
                 expected = self._requests_expected
-                if self._finishing and (expected is None or self._started_requests >= expected):
+                if self._finishing and (expected is None or self._requests.started >= expected):
                     return False
                 wait = 1.0
                 if self._period is not None:

@@ -429,7 +429,9 @@ class DistributedProgram:
         while self._eval_queue and self.evaluator is not None and (everything or (
                 not self._rounds_in_flight and not self.events.stop_requested)):
             steps, variables = self._eval_queue.pop(0)
-            self.evaluator.request.remote(steps, variables)
+            # Numbered: the evaluator is a threaded actor, where Ray may run two calls sent back to
+            # back in either order (a stop sends every queued round at once).
+            self.evaluator.request.remote(steps, variables, self._requests_sent)
             self._requests_sent += 1
             self._rounds_in_flight += 1
 
