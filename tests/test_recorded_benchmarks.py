@@ -49,7 +49,7 @@ def _table_rows(text: str) -> list[str]:
 
 
 def test_the_tables_restate_the_recorded_finals(recorded, data):
-    text = recorded.tables(data)
+    text = recorded.tables(data, resamples=2_000)  # enough for the intervals asserted; 10,000 took 15 s
     rows = _table_rows(text)
     assert len(rows) == 8 + 2
     # Three seeds: a 95% bootstrap interval of the mean runs from the lowest seed to the highest.
@@ -63,7 +63,7 @@ _EVERY_POINT = ["presets-3seeds-100k.json", "preset-grid-100k.json", "fast-seeds
 def test_the_five_seed_and_time_to_score_tables_cover_every_preset_tried(recorded):
     """The 5-seed table of the default and the time-to-score table of every preset tried."""
     files = [json.loads((_DATA.parent / name).read_text(encoding="utf-8")) for name in _EVERY_POINT]
-    five = _table_rows(recorded.tables(recorded.pooled([files[0], files[2]])))
+    five = _table_rows(recorded.tables(recorded.pooled([files[0], files[2]]), resamples=2_000))
     assert sum(1 for row in five if "| fast | 5 (0, 1, 2, 3, 4) |" in row) == 3  # the three dmc tasks
     times = _table_rows(time_to_score_markdown(recorded.recorded_times(files)))
     configs = {row.split(" | ")[1] for row in times}
