@@ -31,10 +31,10 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# Two pytest-xdist workers; the tests that start Ray all run on one of them, one after another
-# (tests/conftest.py), so that two clusters never compete for the two cores.
+# Two pytest-xdist workers; the tests that start Ray form two groups, each run one test after
+# another on one worker (tests/conftest.py), so that at most two clusters share the two cores.
 test: lint docs
-	MUJOCO_GL=egl $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	MUJOCO_GL=egl $(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # Build the wheel and install it as a user would, from its ranges alone (no lock, no Ray), at the
 # newest and at the lowest versions they allow; train 2,000 steps in each, then add the

@@ -21,6 +21,8 @@ import pytest
 import dmpo
 from test_cli import TINY, jax_cache_env
 
+pytestmark = pytest.mark.ray  # the `--actors 1` run starts a private cluster
+
 FLAGS = ["--steps", "1500", "--eval-every", "500", "--checkpoint-every", "500", "--keep-checkpoints", "5",
          "--action-repeat", "8", "--eval-episodes", "1", *TINY]
 
