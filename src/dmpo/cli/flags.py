@@ -11,12 +11,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import sys
 import typing
 
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.utils.spelling import closest
 
-__all__ = ["budget_warnings", "flag_message", "flag_of", "known_flags", "unknown_flag_message"]
+__all__ = ["budget_warnings", "fail", "flag_message", "flag_of", "known_flags", "unknown_flag_message"]
+
+
+def fail(message: str) -> typing.NoReturn:
+    """Ends the command with `dmpo: error: <message>` on stderr and exit status 2 (a usage error)."""
+    print(f"dmpo: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 @functools.cache
