@@ -8,8 +8,18 @@ shape compile once per machine instead of once per test. The cache is also named
 import importlib.util
 import os
 import pathlib
+import signal
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# A suite started in the background by a shell without job control (`make test &` in a script)
+# inherits SIGINT and SIGQUIT ignored, and so would every `dmpo` it starts: the signal tests would see
+# their signals dropped. They test dmpo's handling of those signals, so the suite starts from the
+# defaults. (SIGHUP ignored by `nohup` is left as the user set it: tests/test_signals.py skips its
+# SIGHUP cases then, saying why.)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # pytest-xdist's workers get COLUMNS=80 and LINES=24, which every `dmpo` they start (in a tmux
     # pane of any width, tests/test_terminal.py) would take for its terminal's size.
