@@ -13,7 +13,10 @@ import pytest
 pytest.importorskip("ray")
 
 from dmpo.config import TrainConfig  # noqa: E402
+from dmpo.distributed import acting_nodes as acting_nodes_module  # noqa: E402
 from dmpo.distributed import program as program_module  # noqa: E402
+from dmpo.distributed.acting_nodes import ActingNodes  # noqa: E402
+from dmpo.distributed.evaluations import EvaluationRounds  # noqa: E402
 from dmpo.distributed.options import ProgramOptions  # noqa: E402
 from dmpo.distributed.program import DistributedProgram  # noqa: E402
 
@@ -67,21 +70,25 @@ def silent_program(monkeypatch, tmp_path: Path, actors: int) -> tuple[Distribute
         clock.wait(timeout)
         raise program_module.ray.exceptions.GetTimeoutError("silent")
 
+    for module in (program_module, acting_nodes_module):
+        monkeypatch.setattr(module, "get_quietly", get_quietly)
+        monkeypatch.setattr(module, "kill", lambda handle: None)
     monkeypatch.setattr(program_module, "time", clock)
-    monkeypatch.setattr(program_module, "get_quietly", get_quietly)
-    monkeypatch.setattr(program_module, "kill", lambda handle: None)
     monkeypatch.setattr(program_module.ray, "get", ray_get)
+    config, options = TrainConfig(actors=actors), ProgramOptions(stop_timeout_seconds=20.0)
+    evaluator = Node("evaluator", calls)
+    rounds = EvaluationRounds(on_row=lambda index, row: None, held=lambda: False)
+    rounds.evaluator, rounds.rows = evaluator, types.SimpleNamespace(drain=clock.wait)
+    nodes = ActingNodes(config, options, seed=0, on_evaluator=rounds.attach)
+    nodes.actor_handles = [Node(f"actor{i}", calls) for i in range(actors)]
+    nodes._actor_refs = [f"actor{i}.run-ref" for i in range(actors)]
+    nodes.evaluator, nodes._evaluator_ref = evaluator, "evaluator.run-ref"
     program = DistributedProgram.__new__(DistributedProgram)
     program.__dict__.update(
-        config=TrainConfig(actors=actors), options=ProgramOptions(stop_timeout_seconds=20.0),
-        run_dir=tmp_path,
-        learner=Node("learner", calls), actor_handles=[Node(f"actor{i}", calls) for i in range(actors)],
-        _actor_refs=[f"actor{i}.run-ref" for i in range(actors)], evaluator=Node("evaluator", calls),
-        _evaluator_ref="evaluator.run-ref", counter=Node("counter", calls), replay=Node("replay", calls),
-        _learner_ref="learner.run-ref", _learner_result=None, _save_ref=None, _snapshot_ref=None,
-        _rows=types.SimpleNamespace(drain=clock.wait), _eval_queue=[], _requests_sent=0, _run=None,
-        events=Events(), evaluations=0, counts={}, _actor_results=[], actor_restarts=0,
-        _evaluator_returns=[], evaluation_rows=[], replay_history=[], _started_at=None, status=None,
+        config=config, options=options, run_dir=tmp_path, nodes=nodes, rounds=rounds,
+        learner=Node("learner", calls), counter=Node("counter", calls), replay=Node("replay", calls),
+        _learner_ref="learner.run-ref", _learner_result=None, _save_ref=None, _snapshot_ref=None, _run=None,
+        events=Events(), counts={}, evaluation_rows=[], replay_history=[], _started_at=None, status=None,
         _due_ref=None, episode_returns=[])
     return program, calls, clock
 

@@ -30,8 +30,10 @@ environment steps. `ProgramOptions.max_learner_steps` must be a multiple of
 Monitoring, per pass: the learner's and the replay node's health (a dead one stops the program with
 `NodeFailure`, never leaving the actors to run alone); finished or failed `run()` calls of the actors
 (a dead actor is replaced by a new one with a new seed, up to `max_actor_restarts` in all) and of the
-evaluator; the counter totals for the progress line, the checkpoint and evaluation boundaries and
-the `steps` stop; a snapshot of the replay table's counters (kept in the result).
+evaluator (`acting_nodes`); the rounds asked for, sent one at a time (`evaluations`); the counter
+totals for the progress line, the checkpoint and evaluation boundaries and the `steps` stop; a
+snapshot of the replay table's counters (kept in the result). A run's directory is checked, resumed
+and opened as one process does it (`run_files`).
 
 Stopping fits a scheduler's grace period (SLURM waits 30 s between SIGTERM and SIGKILL): the
 learner is asked for its final checkpoint first, then, while it writes it, the actors stop (flushing
@@ -47,8 +49,6 @@ a stop asked by a callback ends the run like the step limit, without another eva
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -57,24 +57,24 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from dmpo.builder import CheckpointState, DMPOBuilder, NetworkFactory
+from dmpo.builder import DMPOBuilder, NetworkFactory
 from dmpo.callbacks import Callback
 from dmpo.config import ConfigError, TrainConfig
-from dmpo.distributed.actor import make_actor_node
+from dmpo.distributed.acting_nodes import ActingNodes, warn
 from dmpo.distributed.common import NodeSettings, call_quietly, get_quietly, kill
 from dmpo.distributed.counter_service import RemoteCounterService
 from dmpo.distributed.driver_events import DriverEvents
-from dmpo.distributed.evaluations import EvaluationRows
-from dmpo.distributed.evaluator import make_evaluator_node
+from dmpo.distributed.evaluations import EvaluationRounds
 from dmpo.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
 from dmpo.distributed.learner_node import make_learner_node
-from dmpo.distributed.node_errors import RepeatedFailures, describe, node_error, remote_traceback
+from dmpo.distributed.node_errors import describe
 from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
 from dmpo.distributed.placement import PendingNodes, check_placement, program_demands
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
+from dmpo.distributed.run_files import checkpoint_to_resume, open_run_directory, restored_state
 from dmpo.envs.registry import EnvironmentFactory
 from dmpo.lifecycle.schedule import RunSchedule
-from dmpo.lifecycle.seeds import ROLE_ACTOR, ROLE_EVALUATOR, ROLE_LEARNER, ROLE_REPLAY, node_seed
+from dmpo.lifecycle.seeds import ROLE_LEARNER, ROLE_REPLAY, node_seed
 from dmpo.lifecycle.status import RunStatus
 from dmpo.lifecycle.task_setup import prepare_task, saved_config
 from dmpo.types import make_environment_spec
@@ -95,11 +95,6 @@ def _check_options(config: TrainConfig, options: ProgramOptions) -> None:
         raise ConfigError(f"ProgramOptions.max_learner_steps must be a multiple of "
                           f"agent.learner.sgd_steps_per_call ({calls}): one learner call runs {calls} "
                           f"updates, so the budget could not be met exactly; got {options.max_learner_steps}")
-
-
-def _warn(line: str) -> None:
-    """What the operator should see as it happens (a node replaced or waiting), on the driver's console."""
-    print(f"dmpo: warning: {line}", file=sys.stderr, flush=True)
 
 
 class DistributedProgram:
@@ -126,26 +121,12 @@ class DistributedProgram:
         _check_options(config, self.options)
         self.resume = resume
         self._use_gpu = use_gpu
-        self.actor_handles: list[Any] = []
-        self._actor_refs: list[Any] = []
-        self._actor_generation: list[int] = []
-        self._actor_results: list[dict[str, Any]] = []
-        self.actor_restarts = 0
         self.learner: Any = None
         self.replay: Any = None
         self.counter: Any = None
-        self.evaluator: Any = None
         self._learner_ref: Any = None
-        self._evaluator_ref: Any = None
-        self._evaluator_returns: list[tuple[int, float]] = []
         self.evaluation_rows: list[dict[str, Any]] = []
-        self._rows = EvaluationRows(self._on_evaluation)
-        self._requests_sent = 0
-        # (env steps, [variables ref]) of rounds asked for, not yet sent to the evaluator
-        self._eval_queue: list[tuple[int, list[Any]]] = []
-        self._rounds_in_flight = 0  # sent to the current evaluator node, its row not back yet
         self._snapshot_ref: Any = None
-        self._evaluator_generation = 0
         self.counts: dict[str, Any] = {}
         self.replay_history: list[tuple[float, Any]] = []
         self._learner_result: dict[str, Any] | None = None
@@ -158,22 +139,20 @@ class DistributedProgram:
         self._checkpoint_wanted = False  # a boundary passed while the previous checkpoint was written
         self._last_periodic_save: str | None = None
         self._last_save_time = 0.0
-        self.evaluations = 0
-        self._last_eval_step: int | None = None
         self.events = DriverEvents(self.run_dir, config, resume=resume, callbacks=callbacks)
-        self.evaluation_steps: list[int] = []  # env steps of the rounds asked for, in order
-        self._failures = RepeatedFailures()  # a node failing the same way twice is not restarted again
         self._pending: PendingNodes | None = None
         # Checked here, before any cluster starts: the run directory and the environment.
-        self._latest_checkpoint = self._check_run_directory()
+        self._latest_checkpoint = checkpoint_to_resume(self.run_dir, config, resume)
         probe = self.env_factory(self.seed)
         self.builder = DMPOBuilder(config.agent, make_environment_spec(probe),
                                    network_factory=network_factory)
         probe.close()
-        restored = self._restored_state()
+        restored = restored_state(self._latest_checkpoint)
         steps = restored.env_steps if restored is not None else 0
         self._wall_offset = restored.wall_seconds if restored is not None else 0.0
-        self.evaluations = restored.evaluations if restored is not None else 0
+        self.rounds = EvaluationRounds(self._on_evaluation, held=lambda: self.events.stop_requested,
+                                       count=restored.evaluations if restored is not None else 0)
+        self.nodes = ActingNodes(config, self.options, self.seed, on_evaluator=self.rounds.attach)
         self._start_steps = steps  # where the run's schedule begins (dmpo.lifecycle.schedule)
         self.episode_returns: list[float] = []  # training episodes' returns not yet shown (status line)
         self._due_ref: Any = None  # the counter service's `take_due` call in flight
@@ -182,33 +161,27 @@ class DistributedProgram:
     def env_spec(self) -> Any:
         return self.builder.environment_spec
 
-    def _check_run_directory(self) -> Path | None:
-        """The checkpoint to resume from (None for a fresh run); raises if the directory disagrees."""
-        from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+    @property
+    def evaluations(self) -> int:
+        """Evaluation rounds asked for in the whole run (a resumed run counts on from its checkpoint)."""
+        return self.rounds.count
 
-        checkpoints = self.run_dir / "checkpoints"
-        latest = (TrainingCheckpoints(checkpoints).latest(verify_contents=self.resume)
-                  if checkpoints.is_dir() else None)
-        if not self.resume:
-            if latest is not None:
-                raise FileExistsError(f"{self.run_dir} already holds checkpoints ({latest.name}); pass "
-                                      "resume=True to continue that run, or use a new run directory")
-            return None
-        from dmpo.lifecycle.resume import apply_resume, plan_resume
+    @property
+    def evaluation_steps(self) -> list[int]:
+        """The env steps of the rounds asked for since this start, in order."""
+        return self.rounds.steps
 
-        plan = plan_resume(self.run_dir, self.config)  # refuses what `dmpo train --resume` refuses
-        apply_resume(plan)
-        return plan.checkpoint  # None: stopped before its first checkpoint, so again from step 0
+    @property
+    def actor_handles(self) -> list[Any]:
+        return self.nodes.actor_handles
 
-    def _restored_state(self) -> CheckpointState | None:
-        if self._latest_checkpoint is None:
-            return None
-        state_file = self._latest_checkpoint / "state.json"
-        state = CheckpointState.from_json(json.loads(state_file.read_text()), where=str(state_file))
-        if not state.distributed:
-            raise ValueError(f"{self._latest_checkpoint} was written by the single-process trainer; "
-                             "resume it with actors = 0")
-        return state
+    @property
+    def actor_restarts(self) -> int:
+        return self.nodes.actor_restarts
+
+    @property
+    def evaluator(self) -> Any:
+        return self.nodes.evaluator
 
     # ---------------------------------------------------------------------------------------- start
 
@@ -221,7 +194,10 @@ class DistributedProgram:
         evaluator = bool(config.eval_every or opts.evaluator_period_seconds is not None)
         # Before any node starts: Ray would leave a node it cannot place waiting, silently.
         demands = program_demands(actors=config.actors, evaluator=evaluator, use_gpu=use_gpu, options=opts)
-        replay_path = self._prepare_run_directory()  # first: a refused run is marked failed in run.json
+        # First: a refused run is marked failed in run.json.
+        self._run, replay_path = open_run_directory(self.run_dir, config, self.resume,
+                                                    self._latest_checkpoint)
+        self.status = RunStatus(self._run)
         check_placement(demands, ray.cluster_resources())
         self._settings = NodeSettings(
             builder=self.builder, env_factory=self.env_factory, run_dir=str(self.run_dir), seed=self.seed,
@@ -250,77 +226,14 @@ class DistributedProgram:
             publish_interval=opts.variable_publish_seconds, resources=opts.learner_resources)
         self._learner_ref = self.learner.run.remote(opts.max_learner_steps)
         ray.get(self.counter.set_learner.remote(self.learner))  # before any actor checks the schedule
-        for index in range(config.actors):
-            self._actor_generation.append(0)
-            self.actor_handles.append(None)
-            self._actor_refs.append(None)
-            self._start_actor(index)
-        if evaluator:
-            self._start_evaluator()
-        self._pending = PendingNodes(self._placed_nodes, demands)
+        self.nodes.start(self._settings, self.learner, self.replay, self.counter, evaluator=evaluator)
+        self._pending = PendingNodes(self.nodes.placed_nodes, demands)
         self.events.start(self._run)
         self._health = HealthChecks(
             {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
              "counter": self.counter.get_counts.remote},
             startup_timeout=opts.startup_timeout_seconds, health_timeout=opts.health_timeout_seconds)
         self.status.running()
-
-    def _prepare_run_directory(self) -> str | None:
-        """Creates or opens the run directory; returns the replay file to restore, if any."""
-        from dmpo.lifecycle.directory import RunDirectory
-
-        if self.run_dir.joinpath("run.json").is_file():
-            self._run = RunDirectory.open(self.run_dir)
-        else:
-            self._run = RunDirectory.create(self.run_dir, self.config, seed=self.seed, exist_ok=True)
-        if self.resume:
-            self._run.mark_resumed()  # status starting again, the resume recorded
-        self.status = RunStatus(self._run)
-        if not self.resume:
-            return None
-        from dmpo.distributed.common import NODE_LOG_STEP_KEYS
-        from dmpo.reporting.logging import rewind_logs
-
-        saved = ({"env_steps": 0, "learner_steps": 0} if self._latest_checkpoint is None  # from step 0
-                 else json.loads((self._latest_checkpoint / "state.json").read_text()))
-        for label, key in NODE_LOG_STEP_KEYS.items():  # rows past the checkpoint would be logged twice
-            rewind_logs(self.run_dir, label, key, int(saved["learner_steps" if key == "learner_steps"
-                                                         else "env_steps"]))
-        if self._latest_checkpoint is None:
-            return None
-        replay = self._latest_checkpoint / "replay.npz"
-        return str(replay) if self.config.save_replay and replay.is_file() else None
-
-    def _start_actor(self, index: int) -> None:
-        assert self._settings is not None
-        generation = self._actor_generation[index]
-        handle = make_actor_node(
-            self._settings, index, node_seed(self.seed, ROLE_ACTOR, index, generation), self.learner,
-            self.replay, self.counter, persist_logs=index == 0,
-            insert_batch_size=self.options.insert_batch_size,
-            max_inserts_in_flight=self.options.max_inserts_in_flight, total_steps=self.config.steps,
-            resources=self.options.actor_resources)
-        self.actor_handles[index] = handle
-        self._actor_refs[index] = handle.run.remote()
-
-    def _placed_nodes(self) -> dict[str, tuple[Any, Any]]:
-        """The nodes that may wait for a place on the cluster, and the resources each asks for."""
-        actor = self.options.actor_resources or {}
-        nodes = {f"actor {index}": (handle, actor) for index, handle in enumerate(self.actor_handles)}
-        nodes["evaluator"] = (self.evaluator, actor)
-        return nodes
-
-    def _start_evaluator(self) -> None:
-        assert self._settings is not None
-        self.evaluator = make_evaluator_node(
-            self._settings, node_seed(self.seed, ROLE_EVALUATOR, 0, self._evaluator_generation),
-            self.learner, self.counter, episodes_per_round=max(self.config.eval_episodes, 1),
-            period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources,
-            video_every=self.config.video_every)
-        self._evaluator_ref = self.evaluator.run.remote()
-        self._rows.reset(self.evaluator)
-        self._requests_sent = 0  # to this evaluator node
-        self._rounds_in_flight = 0
 
     # ----------------------------------------------------------------------------------------- poll
 
@@ -329,11 +242,10 @@ class DistributedProgram:
         if self._learner_finished():
             return True
         self._check_critical_nodes()
-        self._check_actors()
+        self.nodes.check()
         for line in self._pending.poll() if self._pending is not None else ():
-            _warn(line)
-        self._rows.poll()
-        self._check_evaluator()
+            warn(line)
+        self.rounds.rows.poll()
         self.events.poll(self._save_ref)
         if self.events.stop_requested:
             return True
@@ -381,7 +293,7 @@ class DistributedProgram:
             self.episode_returns.extend(returns)
         for event, steps, refs in events:
             if event == "evaluation" and evaluations:
-                self._request_evaluation(steps, refs)
+                self.rounds.request(steps, refs)
             elif event == "checkpoint":  # written already, at the boundary (counter_service)
                 self._last_save_time = time.monotonic()
                 try:
@@ -410,31 +322,6 @@ class DistributedProgram:
         self._save_ref = self.learner.save.remote(self.evaluations, before_steps=self.config.steps)
         self._last_save_time = time.monotonic()
 
-    def _request_evaluation(self, steps: int, variables: list[Any] | None = None) -> None:
-        """Queues a round labelled `steps`; `variables`: `[ref]` to the learner's variables of that
-        moment (empty or None: the evaluator takes the newest when the round starts)."""
-        if self.evaluator is not None:
-            self.evaluations += 1
-            self._last_eval_step = steps
-            self.evaluation_steps.append(steps)
-            self._eval_queue.append((steps, list(variables or [])))
-            self._send_evaluations()
-
-    def _send_evaluations(self, everything: bool = False) -> None:
-        """Sends the evaluator the next round asked for once the previous round's row has reached the
-        driver (`everything`: every round queued, when stopping). One round at a time, because the
-        callbacks act on each row before the next round begins: a stop they ask for (e.g.
-        --stop-at-return) ends the run after that round, as in one process, and not after every round
-        queued while the row travelled. Costs at most one monitoring pass of evaluator time per round."""
-        while self._eval_queue and self.evaluator is not None and (everything or (
-                not self._rounds_in_flight and not self.events.stop_requested)):
-            steps, variables = self._eval_queue.pop(0)
-            # Numbered: the evaluator is a threaded actor, where Ray may run two calls sent back to
-            # back in either order (a stop sends every queued round at once).
-            self.evaluator.request.remote(steps, variables, self._requests_sent)
-            self._requests_sent += 1
-            self._rounds_in_flight += 1
-
     def _learner_finished(self) -> bool:
         ready, _ = ray.wait([self._learner_ref], timeout=0)
         if not ready:
@@ -461,71 +348,12 @@ class DistributedProgram:
     def _failure_message(self, node: str, error: BaseException) -> str:
         return failure_message(node, error, self.run_dir)
 
-    def _check_actors(self) -> None:
-        refs = [ref for ref in self._actor_refs if ref is not None]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
-        for ref in ready:
-            index = self._actor_refs.index(ref)
-            self._actor_refs[index] = None
-            try:
-                self._actor_results.append(ray.get(ref))
-            except Exception as error:
-                self._replace_actor(index, error)
-
-    def _replace_actor(self, index: int, error: BaseException) -> None:
-        self._stop_if_repeated(f"actor {index}", error)
-        if self.actor_restarts >= self.options.max_actor_restarts:
-            raise NodeFailure(f"actor {index} failed ({describe(error)}) after "
-                              f"{self.actor_restarts} actor restarts (max_actor_restarts); the program "
-                              "was stopped") from error
-        self.actor_restarts += 1
-        _warn(f"actor {index} failed ({describe(error)}); a new one takes its place "
-              f"({self.actor_restarts} of at most {self.options.max_actor_restarts} replacements)")
-        kill(self.actor_handles[index])
-        self._actor_generation[index] += 1
-        self._start_actor(index)
-
-    def _stop_if_repeated(self, node: str, error: BaseException) -> None:
-        """A node whose own code failed the same way twice in a row would fail a third time: the run
-        stops with that node's exception (its type and message, as in one process)."""
-        if not self._failures.repeated(node, error):
-            return
-        original = node_error(error)
-        traceback = remote_traceback(error)
-        if traceback and hasattr(original, "add_note"):
-            original.add_note(f"{node} failed twice in a row this way and was not restarted again; its "
-                              f"traceback:\n{traceback}")
-        raise original from None
-
-    def _check_evaluator(self) -> None:
-        if self._evaluator_ref is None:
-            return
-        ready, _ = ray.wait([self._evaluator_ref], timeout=0)
-        if not ready:
-            return
-        try:
-            self._evaluator_returns.extend(ray.get(self._evaluator_ref))
-            self._evaluator_ref = None
-        except Exception as error:
-            self._stop_if_repeated("evaluator", error)
-            if self._evaluator_generation >= self.options.max_actor_restarts:
-                raise NodeFailure(f"the evaluator failed ({describe(error)}) "
-                                  "too often") from error
-            _warn(f"the evaluator failed ({describe(error)}); a new one takes its place")
-            kill(self.evaluator)
-            self._evaluator_generation += 1
-            self._start_evaluator()
-
     def _on_evaluation(self, index: int, row: dict[str, Any]) -> None:
         """Every evaluation row reaches the driver here, once (the same dict the evaluator logged);
         `index` numbers the rows of the current evaluator node (its kept parameters are found by it)."""
         self.evaluation_rows.append(row)
         self.save_snapshot()
         self.events.on_evaluation(self.evaluator, index, row)
-        # A periodic round's row (ProgramOptions.evaluator_period_seconds) also counts: at worst two
-        # rounds are then in flight.
-        self._rounds_in_flight = max(self._rounds_in_flight - 1, 0)
-        self._send_evaluations()
 
     def save_snapshot(self, wait: bool = False) -> None:
         """Asks the learner for the policy snapshot (one at a time); `wait` for it to be written."""
@@ -538,7 +366,7 @@ class DistributedProgram:
             self._snapshot_ref = None
     def evaluation_returns_since(self, start: int) -> list[float] | None:
         """The evaluator's returns after its first `start` episodes (None when it cannot answer now)."""
-        if self.evaluator is None or self._evaluator_ref is None:
+        if not self.nodes.evaluator_running:
             return None
         try:
             return ray.get(self.evaluator.returns_since.remote(start), timeout=5.0)
@@ -547,7 +375,7 @@ class DistributedProgram:
 
     def latest_evaluation(self) -> tuple[int, int, float] | None:
         """The evaluator's `(episodes so far, learner step, return)`, or None (never waits long)."""
-        if self.evaluator is None or self._evaluator_ref is None:
+        if not self.nodes.evaluator_running:
             return None
         try:
             return ray.get(self.evaluator.latest.remote(), timeout=5.0)
@@ -573,25 +401,21 @@ class DistributedProgram:
             call_quietly(self.learner, "stop", self.evaluations)
             self._snapshot_ref = None
             self.save_snapshot()  # the final policy, as the local trainer writes it
-        for handle in self.actor_handles:  # the actors flush their writers and push their counts
-            call_quietly(handle, "stop")
-        self._finish_evaluations(status)
+        self.nodes.stop_actors()  # they flush their writers and push their counts
+        # A finished run's rounds are all sent; otherwise the run ends after the round under way.
+        self.rounds.finish(send_queued=status == "finished" and not self.events.stop_requested)
         status, reason = self._wait_for_learner(status, reason, left)  # the one that matters most
         if status != "finished":  # checkpoints the last episodes wrote are reported; no more rounds
             self._take_due(timeout=None, evaluations=False, wait=left)
-        for ref in self._actor_refs:
-            result = get_quietly(ref, left())
-            if result is not None:
-                self._actor_results.append(result)
-        if self._evaluator_ref is not None:
-            self._evaluator_returns.extend(get_quietly(self._evaluator_ref, left()) or [])
-            self._rows.drain(left())
+        self.nodes.collect(left)
+        self.rounds.rows.drain(left())
         self.events.finish(status, self._save_ref, self._last_periodic_save)
         counts = get_quietly(self.counter.get_counts.remote(), left()) if self.counter else None
         replay_stats = get_quietly(self.replay.stats.remote(), left()) if self.replay else None
         frames = get_quietly(self.replay.frame_stats.remote(), left()) if self.replay else None
         call_quietly(self.replay, "close")
-        for handle in [*self.actor_handles, self.evaluator, self.learner, self.replay, self.counter]:
+        self.nodes.kill()
+        for handle in [self.learner, self.replay, self.counter]:
             kill(handle)
         if reason is None:
             reason = self.events.stop_reason  # a callback's stop (e.g. --stop-at-return)
@@ -599,9 +423,9 @@ class DistributedProgram:
             self.status.end(status, reason)
         result = DistributedResult(
             status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
-            actors=sorted(self._actor_results, key=lambda r: r["index"]), actor_restarts=self.actor_restarts,
-            evaluator_returns=list(self._evaluator_returns), evaluation_rows=list(self.evaluation_rows),
-            replay=replay_stats,
+            actors=sorted(self.nodes.actor_results, key=lambda r: r["index"]),
+            actor_restarts=self.actor_restarts, evaluator_returns=list(self.nodes.evaluator_returns),
+            evaluation_rows=list(self.evaluation_rows), replay=replay_stats,
             replay_history=list(self.replay_history), replay_frames=frames, evaluations=self.evaluations,
             wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
             resumed_from=(self._learner_result or {}).get("resumed_from"), stop_reason=reason,
@@ -620,22 +444,8 @@ class DistributedProgram:
             return
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
         final_step = int((counts or self.counts).get("actor_steps", 0))
-        if self._last_eval_step != final_step:
-            self._request_evaluation(final_step)  # the final evaluation, as in one process
-
-    def _finish_evaluations(self, status: str) -> None:
-        """Sends the rounds asked for (a finished run) and tells the evaluator how many there are."""
-        if self.evaluator is None:
-            return
-        if status == "finished" and not self.events.stop_requested:
-            self._send_evaluations(everything=True)
-        # Otherwise rounds not yet sent are dropped: an interrupt or a callback's stop ends the run
-        # after the round under way.
-        self._eval_queue.clear()
-        try:
-            self.evaluator.finish.remote(self._requests_sent)
-        except Exception:  # the node is already gone
-            pass
+        if self.rounds.last_step != final_step:
+            self.rounds.request(final_step)  # the final evaluation, as in one process
 
     def _wait_for_learner(self, status: str, reason: str | None,
                           left: Any) -> tuple[str, str | None]:
