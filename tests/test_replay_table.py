@@ -512,7 +512,7 @@ def test_save_writes_outside_the_lock_and_keeps_its_snapshot(tmp_path, monkeypat
     was when the save began."""
     import threading
 
-    from dmpo.replay import table as table_module
+    from dmpo.replay import table_files as table_module
 
     table = _filled(sampler, n=37)
     reference = tmp_path / "reference.npz"
