@@ -2,9 +2,15 @@
 
 The evaluator node is a threaded Ray actor: two `request` calls sent back to back (a stopping run sends
 every queued round at once) may run in either order. A run whose evaluator log read 500, 1500, 1000
-is what this guards against."""
+is what this guards against.
+
+On the driver's side (`evaluations.EvaluationRounds`, with a stand-in node), the rounds go out one at a
+time: the next once the previous round's row is back, so that a callback's stop on that row holds
+the rest, as in one process."""
 
 from __future__ import annotations
+
+import types
 
 import pytest
 
@@ -33,3 +39,102 @@ def test_unnumbered_requests_keep_their_arrival_order_and_a_number_is_used_once(
     rounds.add(2, 30, [])
     with pytest.raises(ValueError, match="number 2 was already given"):
         rounds.add(2, 40, [])
+
+
+# ---- the driver's side: `evaluations.EvaluationRounds` sends the rounds one at a time -------------------
+
+class FakeEvaluator:
+    """An evaluator node: records the rounds sent to it; `log(steps)` logs the row of a round it ran."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[int, list, int]] = []
+        self.finished_after: int | None = None
+        self.logged: list[dict] = []
+        self.request = types.SimpleNamespace(remote=lambda *args: self.requests.append(args))
+        self.finish = types.SimpleNamespace(remote=lambda count: setattr(self, "finished_after", count))
+        self.rows = types.SimpleNamespace(remote=lambda start: ("rows", tuple(self.logged[start:])))
+
+    def log(self, steps: int) -> None:
+        self.logged.append({"env_steps": steps})
+
+
+class AnsweringRay:
+    """`ray.wait` / `ray.get` for the fake node: every call has answered."""
+
+    @staticmethod
+    def wait(refs, timeout=None):
+        return list(refs), []
+
+    @staticmethod
+    def get(ref, timeout=None):
+        return list(ref[1])
+
+
+@pytest.fixture
+def driver_rounds(monkeypatch):
+    from dmpo.distributed import evaluations
+
+    monkeypatch.setattr(evaluations, "ray", AnsweringRay)
+    handled: list[tuple[int, int]] = []
+    stop = {"asked": False}
+    rounds = evaluations.EvaluationRounds(lambda index, row: handled.append((index, row["env_steps"])),
+                                          held=lambda: stop["asked"], count=4)
+    evaluator = FakeEvaluator()
+    rounds.attach(evaluator)
+    return rounds, evaluator, handled, stop
+
+
+def sent_steps(evaluator: FakeEvaluator) -> list[int]:
+    return [steps for steps, _, _ in evaluator.requests]
+
+
+def test_the_driver_sends_the_next_round_only_once_the_previous_row_is_back(driver_rounds):
+    rounds, evaluator, handled, _ = driver_rounds
+    rounds.request(1000, ["v1000"])
+    rounds.request(2000)
+    assert evaluator.requests == [(1000, ["v1000"], 0)]  # 2000 waits for 1000's row
+    rounds.rows.poll()  # the evaluator has logged nothing yet
+    assert sent_steps(evaluator) == [1000] and handled == []
+    evaluator.log(1000)
+    rounds.rows.poll()  # sends rows(0); this fake answers at once
+    rounds.rows.poll()  # collects the row: 2000 goes out
+    assert handled == [(0, 1000)]
+    assert evaluator.requests == [(1000, ["v1000"], 0), (2000, [], 1)]
+    # A resumed run's count goes on from its checkpoint (4 rounds before this start).
+    assert (rounds.count, rounds.steps, rounds.last_step) == (6, [1000, 2000], 2000)
+
+
+def test_a_stop_asked_by_a_callback_on_a_row_holds_the_rounds_queued_and_drops_them(driver_rounds):
+    rounds, evaluator, handled, stop = driver_rounds
+    rounds.request(1000)
+    rounds.request(2000)
+    rounds.request(3000)
+    evaluator.log(1000)
+    stop["asked"] = True  # e.g. --stop-at-return, reached on the row of 1000
+    rounds.rows.poll()
+    rounds.rows.poll()
+    assert handled == [(0, 1000)] and sent_steps(evaluator) == [1000]  # nothing more sent
+    rounds.finish(send_queued=False)
+    assert sent_steps(evaluator) == [1000] and evaluator.finished_after == 1
+
+
+def test_a_finished_run_sends_every_round_queued_numbered_in_order(driver_rounds):
+    rounds, evaluator, _, _ = driver_rounds
+    for steps in (1000, 2000, 3000):
+        rounds.request(steps)
+    rounds.finish(send_queued=True)
+    assert [(steps, number) for steps, _, number in evaluator.requests] == [(1000, 0), (2000, 1), (3000, 2)]
+    assert evaluator.finished_after == 3
+
+
+def test_a_replacement_evaluator_numbers_its_requests_and_rows_from_zero(driver_rounds):
+    rounds, evaluator, handled, _ = driver_rounds
+    rounds.request(1000)  # sent to the first node, which then dies with its row never logged
+    replacement = FakeEvaluator()
+    rounds.attach(replacement)
+    rounds.request(2000)
+    assert replacement.requests == [(2000, [], 0)]  # not held behind the lost round
+    replacement.log(2000)
+    rounds.rows.poll()
+    rounds.rows.poll()
+    assert handled == [(0, 2000)]
