@@ -115,7 +115,7 @@ class DistributedResult:
     replay: Any
     """Final `TableStats` of the replay table (None if unavailable)."""
     replay_history: list[tuple[float, Any]]
-    """(seconds since start, `TableStats`) per monitoring pass."""
+    """(seconds since start, `TableStats`) per monitoring pass that got an answer, and one at the stop."""
     replay_frames: dict[str, float] | None
     """Final frame statistics of a frame-deduplicating replay table (`frames_per_item`, ...), else None."""
     evaluations: int

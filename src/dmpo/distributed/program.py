@@ -412,6 +412,8 @@ class DistributedProgram:
         self.events.finish(status, self._save_ref, self._last_periodic_save)
         counts = get_quietly(self.counter.get_counts.remote(), left()) if self.counter else None
         replay_stats = get_quietly(self.replay.stats.remote(), left()) if self.replay else None
+        if replay_stats is not None:  # the last snapshot: a short run may end before a pass saw one
+            self.replay_history.append((self.elapsed(), replay_stats))
         frames = get_quietly(self.replay.frame_stats.remote(), left()) if self.replay else None
         call_quietly(self.replay, "close")
         self.nodes.kill()
