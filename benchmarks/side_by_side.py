@@ -2,7 +2,7 @@
 
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/side_by_side.py --task dmc:cartpole-swingup \\
         --seeds 0 --threshold 800 --max-steps 500000 --max-minutes 60 --out bench/side-by-side \\
-        --runs dmpo dmpo-overlap dmpo-actors1 sac acme [-- extra dmpo flags]
+        --runs dmpo dmpo-overlap dmpo-actors1 dmpo-actors2 sac acme [-- extra dmpo flags]
     ... benchmarks/side_by_side.py --out bench/side-by-side --summarise-only
 
 Every (run kind, seed) runs alone, one after another, as a subprocess in its own process group under
@@ -48,8 +48,9 @@ from benchtools.side_by_side_metrics import (
 )
 from dmpo.sweeps.results import DEFAULT_THRESHOLDS
 
-RUN_KINDS = ("dmpo", "dmpo-overlap", "dmpo-actors1", "sac", "acme")
-DMPO_KIND_FLAGS = {"dmpo": [], "dmpo-overlap": ["--overlap-learner"], "dmpo-actors1": ["--actors", "1"]}
+RUN_KINDS = ("dmpo", "dmpo-overlap", "dmpo-actors1", "dmpo-actors2", "sac", "acme")
+DMPO_KIND_FLAGS = {"dmpo": [], "dmpo-overlap": ["--overlap-learner"], "dmpo-actors1": ["--actors", "1"],
+                   "dmpo-actors2": ["--actors", "2"]}
 ACME_TASK = "dmc:cartpole-swingup"  # the only task the Acme peer script builds
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 40.0  # dmpo --actors waits up to 20 s for its nodes; leave it room to finish

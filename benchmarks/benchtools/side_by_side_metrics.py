@@ -30,7 +30,7 @@ METRIC_TITLES = {
 }
 # Which peer each metric compares dmpo against: the one that measures the same thing.
 METRIC_PEER = {EVALUATION: "sac", TRAINING_MEAN: "acme"}
-DMPO_KINDS = ("dmpo", "dmpo-overlap", "dmpo-actors1")
+DMPO_KINDS = ("dmpo", "dmpo-overlap", "dmpo-actors1", "dmpo-actors2")
 
 
 @dataclass(frozen=True)
