@@ -13,6 +13,7 @@ from benchtools.results import (
     bootstrap_ci,
     normalised_auc,
     plot_benchmark,
+    plot_wallclock,
     read_run,
     results_markdown,
     summarise,
@@ -207,6 +208,25 @@ def test_results_files_and_figure(tmp_path):
     assert colour_pixels(path, "C2") == 0
     with pytest.raises(FileNotFoundError, match="evaluator"):
         plot_benchmark({"t": {"c": [tmp_path]}}, tmp_path / "bad.png")
+
+
+def test_a_run_with_one_evaluation_is_left_out_of_the_averaged_curves(tmp_path):
+    # Summarising while a run is under way: its single evaluation shares no range with the others'.
+    def run(name: str, walls: tuple[float, ...], returns: tuple[float, ...]) -> Path:
+        created = RunDirectory.create(tmp_path / name, TrainConfig(seed=0), seed=0, command=["train"])
+        logger = CSVLogger(created.path, "evaluator")
+        for i, (wall, value) in enumerate(zip(walls, returns, strict=True)):
+            logger.write({"actor_steps": 1000 * (i + 1), "return_mean": value, "wall_seconds": wall})
+        logger.close()
+        return created.path
+
+    runs = [run("a", (60.0, 120.0, 180.0), (1.0, 2.0, 3.0)), run("b", (66.0, 130.0, 200.0), (1.0, 3.0, 5.0)),
+            run("started", (75.0,), (0.5,))]
+    groups = {"dmc:cartpole-swingup": {"fast": runs}}
+    assert_curves_drawn(plot_benchmark(groups, tmp_path / "steps.png", resamples=100), ["C0"])
+    assert_curves_drawn(plot_wallclock(groups, tmp_path / "wall.png", resamples=100), ["C0"])
+    only_started = {"dmc:cartpole-swingup": {"fast": runs[2:]}}  # one point, drawn on its own
+    assert plot_wallclock(only_started, tmp_path / "one.png", resamples=100).is_file()
 
 
 # ---------------------------------------------------------------------------------------- the script
