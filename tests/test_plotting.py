@@ -20,6 +20,7 @@ from dmpo.reporting.plotting import (
     plot_figure,
     plot_runs,
     smooth,
+    spanning_curves,
 )
 from images import assert_curves_drawn, colour_pixels
 
@@ -188,3 +189,20 @@ def test_a_run_with_one_evaluation_is_drawn(tmp_path):
     # A one-point line draws nothing: only the legend's short line would be in the first colour
     # (about 30 pixels); the point's marker in the axes and in the legend make several times that.
     assert colour_pixels(output, "C0") > 100
+
+
+def test_a_seed_with_one_evaluation_beside_others_is_left_out_of_the_mean(tmp_path):
+    # Plotting a sweep while its last seed has logged one evaluation: that point shares no x range.
+    a = Curve(Path("a"), np.array([0.0, 10.0]), np.array([0.0, 10.0]), "steps")  # y = x
+    b = Curve(Path("b"), np.array([0.0, 10.0]), np.array([2.0, 12.0]), "steps")  # y = x + 2
+    started = Curve(Path("started"), np.array([5.0]), np.array([100.0]), "steps")
+    grid, mean, low, high = aggregate_curves([a, b, started], num_points=3)
+    np.testing.assert_allclose(grid, [0.0, 5.0, 10.0])
+    np.testing.assert_allclose(mean, grid + 1)  # 100.0 would pull the mean far up
+    np.testing.assert_allclose(high, grid + 2)
+    runs = [make_run(tmp_path, "s0", 0.99, 0), make_run(tmp_path, "s1", 0.99, 1),
+            make_run(tmp_path, "s2", 0.99, 2, n=1)]
+    figure = plot_figure(runs, per_seed=True)
+    legend = figure.legends[0] if figure.legends else figure.axes[0].get_legend()
+    assert [text.get_text() for text in legend.get_texts()][0].endswith("mean of 2 runs")
+    assert spanning_curves([started]) == [started]  # alone, a single point is still drawn

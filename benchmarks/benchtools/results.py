@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dmpo.reporting.plotting import interpolate_curves, load_curve
+from dmpo.reporting.plotting import interpolate_curves, load_curve, spanning_curves
 from dmpo.sweeps.results import csv_text
 from dmpo.utils.files import atomic_write_bytes, atomic_write_text
 
@@ -295,20 +295,13 @@ def plot_benchmark(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[
     for task, configs in groups.items():  # every log is read and checked before anything is drawn
         lines = {}
         for config, runs in configs.items():
-            curves = _with_a_span([load_curve(r, x="actor_steps", y="return_mean", label_source="evaluator")
-                                   for r in runs])
+            curves = spanning_curves([load_curve(run, x="actor_steps", y="return_mean",
+                                                 label_source="evaluator") for run in runs])
             grid, values = interpolate_curves(curves, num_points=num_points)
             low, high = bootstrap_ci(values, confidence=confidence, resamples=resamples, seed=seed)
             lines[config] = (len(curves), grid, values.mean(axis=0), low, high)
         panels[task] = lines
     return _draw_panels(panels, Path(output), title, f"{confidence:.0%}")
-
-
-def _with_a_span(curves: list) -> list:
-    """The curves with at least two evaluations (the longest one if none has): a run summarised while it
-    is still running may have logged one, and a single point shares no x range with the others."""
-    spanning = [curve for curve in curves if len(curve.x) >= 2]
-    return spanning or [max(curves, key=lambda curve: len(curve.x))]
 
 
 def plot_wallclock(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[str]]]],
@@ -328,7 +321,7 @@ def plot_wallclock(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[
                 if times.wall_seconds is not None and len(times.steps):
                     curves.append(Curve(Path(run), times.wall_seconds / 60.0, times.returns, "wall minutes"))
             if curves:
-                curves = _with_a_span(curves)
+                curves = spanning_curves(curves)
                 grid, values = interpolate_curves(curves, num_points=num_points)
                 low, high = bootstrap_ci(values, confidence=confidence, resamples=resamples, seed=seed)
                 panels.setdefault(task, {})[config] = (len(curves), grid, values.mean(axis=0), low, high)

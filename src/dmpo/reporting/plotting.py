@@ -25,6 +25,7 @@ import numpy as np
 from dmpo.utils.files import atomic_write_bytes
 
 __all__ = ["BAND_NAMES", "Curve", "aggregate_curves", "group_runs", "interpolate_curves", "load_curve",
+           "spanning_curves",
            "plot_figure", "plot_runs", "smooth"]
 
 _STEP_PREFERENCE = ("actor_steps", "steps", "evaluator_steps", "learner_steps")
@@ -123,15 +124,24 @@ def interpolate_curves(curves: Sequence[Curve], *, num_points: int = 200) -> tup
     return grid, np.stack([np.interp(grid, c.x, c.y) for c in curves])
 
 
+def spanning_curves(curves: Sequence[Curve]) -> list[Curve]:
+    """The curves with at least two points (the longest one if none has): a run that is still going may
+    have logged a single evaluation, which shares no x range with the others' curves."""
+    spanning = [curve for curve in curves if len(curve.x) >= 2]
+    return spanning or [max(curves, key=lambda curve: len(curve.x))]
+
+
 def aggregate_curves(curves: Sequence[Curve], *, num_points: int = 200, spread: Spread = "minmax"
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(grid, mean, low, high) of the curves linearly interpolated onto a grid over their common x range.
 
     The band is the min and max (`minmax`), mean ± population std (`std`), or the 95% confidence
     interval of the mean from Student's t with n - 1 degrees of freedom and the sample std (`ci95`).
-    A single curve is returned on its own x values with low == high == mean.
+    A single curve is returned on its own x values with low == high == mean. Curves of one point are
+    left out beside longer ones (`spanning_curves`).
     """
     _check_spread(spread)
+    curves = spanning_curves(curves)
     if len(curves) == 1:
         c = curves[0]
         return c.x, c.y, c.y, c.y
@@ -309,8 +319,9 @@ def _draw(curves: Mapping[str, Sequence[Curve]], aggregated: Mapping[str, tuple[
     banded = False
     for label, (grid, mean, low, high) in aggregated.items():
         runs = curves[label]
-        count = len(runs)
-        name = f"{label}: mean of {count} runs" if count > 1 else f"{label}: {runs[0].run.name}"
+        averaged = spanning_curves(runs)
+        count = len(averaged)
+        name = f"{label}: mean of {count} runs" if count > 1 else f"{label}: {averaged[0].run.name}"
         # A curve of one point (a run with one evaluation so far) draws no line: it gets a marker.
         (line,) = axes.plot(grid, mean, label=name, linewidth=2.0 if per_seed else 1.5,
                             marker="o" if len(grid) == 1 else None)
