@@ -121,3 +121,26 @@ def test_a_slow_periodic_checkpoint_delays_the_next_instead_of_failing_the_learn
     program._schedule()  # (it also asks the counter service for the boundaries due)
     learner_calls = [call for call in calls if call.startswith("learner.")]
     assert learner_calls == ["learner.save", "learner.save"] and not program._checkpoint_wanted
+
+
+def test_a_finished_run_waits_past_the_stop_deadline_for_the_rounds_it_sent(monkeypatch, tmp_path):
+    # On a loaded machine the final checkpoint can take the whole stop deadline; a run that finished
+    # its budget (no scheduler's grace period to fit) still gets its evaluations' rows.
+    program, calls, clock = silent_program(monkeypatch, tmp_path, actors=2)
+    program.events = type("FinishingEvents", (Events,), {"end": lambda self, result: None})()
+    monkeypatch.setattr(program, "_queue_final_evaluation", lambda timeout: None)  # rounds already sent
+    program.options = ProgramOptions(stop_timeout_seconds=20.0, final_evaluation_timeout_seconds=300.0)
+    program.stop("finished")
+    assert "evaluator.finish" in calls
+    assert clock.waits[0] == 20.0  # the learner's final checkpoint: the whole stop deadline
+    assert 300.0 in clock.waits  # the evaluator's run: a window of its own, after the deadline
+    assert sum(clock.waits) == pytest.approx(320.0)  # and no more: the rows' drain has what is left, 0
+
+
+def test_a_stopped_run_keeps_the_evaluator_within_the_stop_deadline(monkeypatch, tmp_path):
+    program, _, clock = silent_program(monkeypatch, tmp_path, actors=2)
+    program.options = ProgramOptions(stop_timeout_seconds=20.0, final_evaluation_timeout_seconds=300.0)
+    program.stop("interrupted")  # a signal: the scheduler's grace period bounds everything
+    assert sum(clock.waits) <= 20.0 and 300.0 not in clock.waits
+    with pytest.raises(ValueError, match="final_evaluation_timeout_seconds must be > 0 seconds"):
+        ProgramOptions(final_evaluation_timeout_seconds=0.0)

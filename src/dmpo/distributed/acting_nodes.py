@@ -88,14 +88,15 @@ class ActingNodes:
         for handle in self.actor_handles:
             call_quietly(handle, "stop")
 
-    def collect(self, left: Callable[[], float]) -> None:
-        """Waits, each wait at most `left()` seconds, for the actors' and the evaluator's results."""
+    def collect(self, left: Callable[[], float], evaluator_left: Callable[[], float] | None = None) -> None:
+        """Waits, each wait at most `left()` seconds, for the actors' results, and at most
+        `evaluator_left()` (default `left()`) for the evaluator's."""
         for ref in self._actor_refs:
             result = get_quietly(ref, left())
             if result is not None:
                 self.actor_results.append(result)
         if self._evaluator_ref is not None:
-            self.evaluator_returns.extend(get_quietly(self._evaluator_ref, left()) or [])
+            self.evaluator_returns.extend(get_quietly(self._evaluator_ref, (evaluator_left or left)()) or [])
 
     def kill(self) -> None:
         for handle in [*self.actor_handles, self.evaluator]:

@@ -45,6 +45,11 @@ class ProgramOptions:
     stop_timeout_seconds: float = 20.0
     """How long a stop waits, in all, for the learner's final checkpoint, the actors and the evaluator
     (they stop in parallel): below the grace period of a scheduler (SLURM: 30 s) or systemd (90 s)."""
+    final_evaluation_timeout_seconds: float = 300.0
+    """How long a run that finished its budget then waits for the evaluation rounds it has sent (the
+    final one included), from when the learner's final checkpoint is in: such a stop has no scheduler's
+    grace period to fit, and its last evaluation is part of its result. A stop by a signal or a callback
+    keeps to `stop_timeout_seconds`."""
     log_time_delta: float = 10.0
     """Seconds between rows of the actor and learner loggers (algorithm.md §7.2)."""
     actor_resources: dict[str, float] | None = None
@@ -77,7 +82,7 @@ class ProgramOptions:
             check(value is None or value >= 0, name, ">= 0 seconds or None")
         check(self.variable_publish_seconds >= 0, "variable_publish_seconds", ">= 0 seconds")
         for name in ("poll_seconds", "startup_timeout_seconds", "health_timeout_seconds",
-                     "stop_timeout_seconds"):
+                     "stop_timeout_seconds", "final_evaluation_timeout_seconds"):
             check(getattr(self, name) > 0, name, "> 0 seconds")
         check(self.log_time_delta >= 0, "log_time_delta", ">= 0 seconds")
         for name in ("actor_resources", "learner_resources", "replay_resources"):

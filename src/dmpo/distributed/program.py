@@ -38,7 +38,9 @@ and opened as one process does it (`run_files`).
 Stopping fits a scheduler's grace period (SLURM waits 30 s between SIGTERM and SIGKILL): the
 learner is asked for its final checkpoint first, then, while it writes it, the actors stop (flushing
 their writers and counts) and the evaluator runs a finished run's final round; all of them share one
-deadline (`ProgramOptions.stop_timeout_seconds`, `dmpo train --stop-timeout`). Then the replay table
+deadline (`ProgramOptions.stop_timeout_seconds`, `dmpo train --stop-timeout`), except that a run
+that finished its budget (no signal, no callback's stop: no grace period to fit) then waits for its
+rounds up to `final_evaluation_timeout_seconds` more. Then the replay table
 is closed and every node killed. On a cluster this call started, Ray itself is then shut down. A
 periodic checkpoint that takes long delays the next one; it is never taken for a dead learner.
 
@@ -407,8 +409,14 @@ class DistributedProgram:
         status, reason = self._wait_for_learner(status, reason, left)  # the one that matters most
         if status != "finished":  # checkpoints the last episodes wrote are reported; no more rounds
             self._take_due(timeout=None, evaluations=False, wait=left)
-        self.nodes.collect(left)
-        self.rounds.rows.drain(left())
+        evaluations_left = left
+        if status == "finished" and not self.events.stop_requested:  # its rounds get a window of their own
+            evaluations_deadline = time.monotonic() + self.options.final_evaluation_timeout_seconds
+
+            def evaluations_left() -> float:
+                return max(evaluations_deadline - time.monotonic(), 0.0)
+        self.nodes.collect(left, evaluator_left=evaluations_left)
+        self.rounds.rows.drain(evaluations_left())
         self.events.finish(status, self._save_ref, self._last_periodic_save)
         counts = get_quietly(self.counter.get_counts.remote(), left()) if self.counter else None
         replay_stats = get_quietly(self.replay.stats.remote(), left()) if self.replay else None
