@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from dmpo.cli.main import main
-from images import assert_curves_drawn
+from images import assert_curves_drawn, colour_pixels
 
 
 def run_cli(argv, capsys):
@@ -204,9 +204,10 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     assert saved.count('"actors": 2') == 1 and saved.count('"num_envs": 4') == 1  # the whole TrainConfig
     assert any((run / "checkpoints").iterdir())
     state = json.loads(TrainingCheckpoints(run / "checkpoints").latest().joinpath("state.json").read_text())
-    # The budget: the actors stop themselves, at most one episode per environment past --steps (here
-    # each actor's 4 lockstep episodes end together: 500 env steps per actor at least).
-    assert 1000 <= state["env_steps"] < 400 + 8 * episode, state["env_steps"]
+    # The budget: reached, and the actors stop themselves at most one episode per environment past
+    # --steps. (Not "500 per actor": an actor slowed by a loaded machine may not have pushed its first
+    # episode's steps when the other's 500 end the run; one such run checkpointed 500 + 204.)
+    assert 400 <= state["env_steps"] < 400 + 8 * episode, state["env_steps"]
 
     with open(run / "logs" / "evaluator" / "logs.csv") as handle:
         rows = list(csv.DictReader(handle))
@@ -237,7 +238,10 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     plot = subprocess.run([*cli, "plot", str(run), "-o", str(png)], capture_output=True, text=True,
                           timeout=600, env=env)
     assert plot.returncode == 0, plot.stderr[-3000:]
-    assert_curves_drawn(png, ["C0"])
+    if rounds > 1:
+        assert_curves_drawn(png, ["C0"])
+    else:  # a loaded machine can merge the boundary rounds into the final one: one point, its marker
+        assert colour_pixels(png, "C0") > 100
 
     target = state["env_steps"] + 500
     resumed = subprocess.run([*cli, "train", "--resume", str(run), "--steps", str(target)],
