@@ -392,10 +392,7 @@ class DistributedProgram:
     def stop(self, status: str = "finished", reason: str | None = None) -> DistributedResult:
         """Stops every node (module docstring) and returns the result; safe after a failure. `status`
         and `reason` go to run.json; a learner whose final checkpoint fails makes it "failed"."""
-        deadline = time.monotonic() + self.options.stop_timeout_seconds
-
-        def left() -> float:  # past the deadline: only what has already answered is collected
-            return max(deadline - time.monotonic(), 0.0)
+        left = _seconds_left(self.options.stop_timeout_seconds)  # after it: only what has answered
 
         if status == "finished":  # before the learner records how many rounds were asked for
             self._queue_final_evaluation(left())
@@ -411,10 +408,7 @@ class DistributedProgram:
             self._take_due(timeout=None, evaluations=False, wait=left)
         evaluations_left = left
         if status == "finished" and not self.events.stop_requested:  # its rounds get a window of their own
-            evaluations_deadline = time.monotonic() + self.options.final_evaluation_timeout_seconds
-
-            def evaluations_left() -> float:
-                return max(evaluations_deadline - time.monotonic(), 0.0)
+            evaluations_left = _seconds_left(self.options.final_evaluation_timeout_seconds)
         self.nodes.collect(left, evaluator_left=evaluations_left)
         self.rounds.rows.drain(evaluations_left())
         self.events.finish(status, self._save_ref, self._last_periodic_save)
@@ -474,3 +468,9 @@ class DistributedProgram:
         get_quietly(self._snapshot_ref, left())
         self._snapshot_ref = None
         return status, reason
+
+
+def _seconds_left(timeout: float) -> Callable[[], float]:
+    """Seconds left until `timeout` seconds from now (0 once past)."""
+    deadline = time.monotonic() + timeout
+    return lambda: max(deadline - time.monotonic(), 0.0)
