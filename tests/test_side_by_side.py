@@ -87,3 +87,25 @@ def test_table_from_recorded_runs(side_by_side, tmp_path):
     assert "| acme | 0 | 25 | n/a | > 20.0 min (> 30,000 steps) | cap: max minutes |" in table
     assert "| dmpo | (b) | acme | ≥ 10.00 |" in table
     assert "| dmpo | (a) | sac | 3.00 |" in table
+
+
+def test_acme_runs_other_tasks_through_the_wrapper_which_sets_only_the_task(side_by_side, tmp_path):
+    import subprocess
+    import sys
+
+    # A stand-in for the peer's bench.py: the two globals the wrapper sets, and a main that reports them.
+    peer = tmp_path / "bench.py"
+    peer.write_text("DOMAIN, TASK = 'cartpole', 'swingup'\n"
+                    "def main(argv=None):\n"
+                    "    print('built', DOMAIN, TASK, 'with', argv)\n")
+    args = side_by_side.parse_arguments(["--task", "dmc:walker-walk", "--out", str(tmp_path), "--seeds", "3",
+                                         "--max-steps", "5000", "--acme-python", sys.executable,
+                                         "--acme-script", str(peer)])
+    command, _ = side_by_side.run_command("acme", 3, args, tmp_path / "run")
+    assert command[:3] == ["nice", "-n", "10"]
+    done = subprocess.run(command[3:], capture_output=True, text=True, check=True)
+    assert "built walker walk with ['train', '--steps', '5000', '--seed', '3']" in done.stdout
+    # On its own task the peer script runs as it is, without the wrapper.
+    args.task = "dmc:cartpole-swingup"
+    command, _ = side_by_side.run_command("acme", 3, args, tmp_path / "run")
+    assert command[3:5] == [sys.executable, str(peer)]
