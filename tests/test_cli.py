@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from dmpo.cli.main import main
@@ -316,6 +317,10 @@ def test_resume_applies_the_flags_given_and_refuses_the_others(tmp_path, capsys)
     config = json.loads((run / "config.json").read_text())["config"]
     assert (config["steps"], config["checkpoint_every"]) == (400, 100)
     assert config["agent"]["networks"]["policy_layer_sizes"] == [8]  # the saved flags are kept
+    # The default preset's "auto-gym" support, resolved once: Pendulum's cost per step is at most
+    # π² + 0.1·8² + 0.001·2², so returns at discount 0.99 lie in [-100 times that, 0].
+    assert (config["agent"]["networks"]["vmin"], config["agent"]["networks"]["vmax"]) == (
+        pytest.approx(-100 * (np.pi**2 + 6.4 + 0.004)), 0.0)
     (entry,) = json.loads((run / "run.json").read_text())["resumes"]
     assert entry["config_changes"] == {"steps": {"from": 200, "to": 400},
                                        "checkpoint_every": {"from": 200, "to": 100}}

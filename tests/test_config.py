@@ -46,6 +46,7 @@ def test_sample_efficient_preset_changes_only_the_documented_values():
     assert TrainConfig().agent == fast  # `dmpo train`'s default (docs/results/time-to-score.md)
     assert (fast.samples_per_insert, fast.learner.sgd_steps_per_call) == (128.0, 4)
     assert fast.networks.critic_layer_sizes == (256, 256, 256)
+    assert (fast.networks.vmin, fast.networks.vmax) == ("auto-gym", "auto-gym")
     assert fast.observations_per_step == 2.0  # one update per two environment steps
     assert dataclasses.replace(
         fast, samples_per_insert=default.samples_per_insert,

@@ -68,3 +68,75 @@ def test_mountain_car_support_holds_the_goal_bonus():
                                    make("gym:MountainCarContinuous-v0", seed=0))
     assert (config.agent.networks.vmin, config.agent.networks.vmax) == (pytest.approx(-10.0),
                                                                           pytest.approx(10_000.0))
+
+
+# -- "auto-gym", the support of `--preset fast` (dmpo train's default) ----------------------------------
+
+def fast_config(env: str, **networks) -> TrainConfig:
+    base = TrainConfig(env=env, steps=100, eval_every=0)
+    small = dataclasses.replace(base.agent.networks, policy_layer_sizes=(8,), critic_layer_sizes=(8,),
+                                num_atoms=5, **networks)
+    agent = dataclasses.replace(base.agent, min_replay_size=50, networks=small)
+    return dataclasses.replace(base, agent=agent)
+
+
+def test_the_default_preset_fits_the_support_to_gym_tasks_only():
+    assert (TrainConfig().agent.networks.vmin, TrainConfig().agent.networks.vmax) == ("auto-gym", "auto-gym")
+    # A gym: task: "auto", here Pendulum's declared cost, at most π² + 0.1·8² + 0.001·2² per step.
+    config, line = resolve_support(fast_config("gym:Pendulum-v1"), TaskFactory("gym:Pendulum-v1"),
+                                   make("gym:Pendulum-v1", seed=0))
+    cost = np.pi**2 + 6.4 + 0.004
+    assert (config.agent.networks.vmin, config.agent.networks.vmax) == (pytest.approx(-cost / 0.01), 0.0)
+    assert line.startswith("critic support auto: [")
+    # A dm_control task: the reference's [-150, 150] where "auto" would give [0, 100], said by no line.
+    config, line = resolve_support(fast_config("dmc:cartpole-swingup"), None,
+                                   make("dmc:cartpole-swingup", seed=0))
+    assert (config.agent.networks.vmin, config.agent.networks.vmax, line) == (-150.0, 150.0, None)
+    # The user's own environment: no probe (the factory None would fail; its rewards -3, 5, 1 would give
+    # "auto" [-500, 1300]).
+    own = "tests.envs_for_tests:make_known_rewards"
+    config, line = resolve_support(fast_config(own), None, make(own, seed=0))
+    assert (config.agent.networks.vmin, config.agent.networks.vmax, line) == (-150.0, 150.0, None)
+
+
+def test_a_bound_given_beside_auto_gym_is_kept():
+    config, _ = resolve_support(fast_config("gym:Pendulum-v1", vmin=-10.0), None,
+                                make("gym:Pendulum-v1", seed=0))
+    assert (config.agent.networks.vmin, config.agent.networks.vmax) == (-10.0, 0.0)
+    config, _ = resolve_support(fast_config("dmc:cartpole-swingup", vmax=30.0), None,
+                                make("dmc:cartpole-swingup", seed=0))
+    assert (config.agent.networks.vmin, config.agent.networks.vmax) == (-150.0, 30.0)
+
+
+def test_a_run_saved_before_auto_gym_resumes_with_its_own_support():
+    # A gym run of the fast preset from before "auto-gym" recorded [-150, 150]; resuming it with today's
+    # defaults must neither count that as a changed field nor re-derive the support.
+    from dmpo.lifecycle.resume import config_differences
+
+    given = fast_config("gym:Hopper-v5")
+    saved = dataclasses.replace(given, agent=dataclasses.replace(given.agent, networks=dataclasses.replace(
+        given.agent.networks, vmin=-150.0, vmax=150.0)))
+    assert config_differences(saved, given) == {}
+    assert config_differences(saved, fast_config("gym:Hopper-v5", vmin=-20.0)) == {
+        "agent.networks.vmin": (-150.0, -20.0)}
+
+
+def test_auto_gym_is_a_validated_value_that_networks_refuse_unresolved():
+    from dmpo.config import ConfigError
+    from dmpo.networks import make_support
+
+    assert NetworkConfig(vmin="auto-gym", vmax=3.0).vmin == "auto-gym"
+    with pytest.raises(ConfigError, match="'auto' or 'auto-gym'"):
+        NetworkConfig(vmax="auto_gym")
+    with pytest.raises(ValueError, match="must be resolved"):
+        make_support(NetworkConfig(vmin="auto-gym", vmax="auto-gym"))
+
+
+def test_the_step_by_step_agent_takes_the_fast_preset_with_the_references_support():
+    # dmpo.DMPO sees only a spec, not a task name (docs/python-api.md builds it with the fast preset).
+    from dmpo import DMPO, make_environment_spec
+
+    config = fast_config("dmc:cartpole-swingup").agent
+    agent = DMPO(make_environment_spec(make("dmc:cartpole-swingup", seed=0)), config, seed=0)
+    assert (agent.config.networks.vmin, agent.config.networks.vmax) == (-150.0, 150.0)
+    np.testing.assert_allclose(np.asarray(agent.networks.support), [-150.0, -75.0, 0.0, 75.0, 150.0])

@@ -80,3 +80,9 @@ def test_both_modes_print_the_same_status_line_and_end_finished(runs):
         lines = _status_lines(stdout)
         assert lines and re.match(r"train 1,500/1,500 steps .*\| return -?\d", lines[-1]), (name, lines)
         assert json.loads((run / "run.json").read_text())["status"] == "finished", name
+
+
+def test_both_modes_settle_the_default_support_to_the_references_on_dm_control(runs):
+    for name, (run, _) in runs.items():
+        networks = json.loads((run / "config.json").read_text())["config"]["agent"]["networks"]
+        assert (networks["vmin"], networks["vmax"]) == (-150.0, 150.0), name

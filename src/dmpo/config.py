@@ -103,6 +103,13 @@ class MPOLossConfig:
         _positive(self, "epsilon", "epsilon_penalty", "epsilon_mean", "epsilon_stddev")
 
 
+AUTO_SUPPORT = ("auto", "auto-gym")
+"""The `NetworkConfig.vmin`/`vmax` values resolved from the task before the networks are built
+(`dmpo.learning.critic_support`); a run's config.json holds the numbers they resolved to."""
+REFERENCE_SUPPORT = (-150.0, 150.0)
+"""The reference's critic support (algorithm.md §4.2): what "auto-gym" is on tasks other than `gym:`."""
+
+
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
     """Network sizes; defaults are the control-suite networks of algorithm.md §4.2."""
@@ -111,12 +118,12 @@ class NetworkConfig:
     """Hidden sizes of the policy's layer-norm MLP (activated after the last layer)."""
     critic_layer_sizes: tuple[int, ...] = (512, 512, 256)
     """Hidden sizes of the critic's layer-norm MLP (activated after the last layer)."""
-    vmin: float | Literal["auto"] = -150.0
+    vmin: float | Literal["auto", "auto-gym"] = REFERENCE_SUPPORT[0]
     """Lowest atom of the categorical critic's support; "auto": from the task
-    (`dmpo.learning.critic_support`)."""
-    vmax: float | Literal["auto"] = 150.0
+    (`dmpo.learning.critic_support`); "auto-gym": "auto" on `gym:` tasks, -150 on every other task."""
+    vmax: float | Literal["auto", "auto-gym"] = REFERENCE_SUPPORT[1]
     """Highest atom of the categorical critic's support; "auto": from the task
-    (`dmpo.learning.critic_support`)."""
+    (`dmpo.learning.critic_support`); "auto-gym": "auto" on `gym:` tasks, 150 on every other task."""
     num_atoms: int = 51
     """Number of atoms of the categorical critic's support."""
     init_scale: float = 0.7
@@ -137,11 +144,11 @@ class NetworkConfig:
                    f"NetworkConfig.{name}", "a non-empty tuple of positive integers", sizes)
         for name in ("vmin", "vmax"):
             value = getattr(self, name)
-            _check(value == "auto" or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                       and math.isfinite(value)),
-                   f"NetworkConfig.{name}", "a finite number or 'auto'", value)
-        _check(self.vmin == "auto" or self.vmax == "auto" or self.vmin < self.vmax, "NetworkConfig.vmin",
-               f"< vmax ({self.vmax})", self.vmin)
+            _check(value in AUTO_SUPPORT or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                             and math.isfinite(value)),
+                   f"NetworkConfig.{name}", "a finite number, 'auto' or 'auto-gym'", value)
+        _check(self.vmin in AUTO_SUPPORT or self.vmax in AUTO_SUPPORT or self.vmin < self.vmax,
+               "NetworkConfig.vmin", f"< vmax ({self.vmax})", self.vmin)
         _check(isinstance(self.num_atoms, int) and self.num_atoms >= 2, "NetworkConfig.num_atoms",
                "an integer >= 2", self.num_atoms)
         _positive(self, "init_scale")
@@ -246,12 +253,17 @@ def sample_efficient_preset() -> DMPOConfig:
     of 256-256-256 instead of 512-512-256, which makes twice spi 64's updates in the same wall-clock,
     and K = 4 updates per jitted call. Chosen by the grid in docs/results/learning.md ("The sample-efficient
     preset: the grid") and made the default by the time-to-score grid (docs/results/time-to-score.md:
-    the only preset to reach the thresholds on all three tasks measured); not the reference's values."""
+    the only preset to reach the thresholds on all three tasks measured); not the reference's values.
+
+    Its critic support is "auto-gym": the reference's [-150, 150] on dm_control tasks (where every result
+    of the preset was measured, and returns lie in [0, 100]), the task's own on `gym:` tasks, whose returns
+    [-150, 150] cut off (docs/results/critic-support.md: Hopper-v5 3319 against 845 at 100k steps)."""
     base = control_suite_preset()
     return dataclasses.replace(
         base, samples_per_insert=128.0,
         learner=dataclasses.replace(base.learner, sgd_steps_per_call=4),
-        networks=dataclasses.replace(base.networks, critic_layer_sizes=(256, 256, 256)))
+        networks=dataclasses.replace(base.networks, critic_layer_sizes=(256, 256, 256),
+                                     vmin="auto-gym", vmax="auto-gym"))
 
 
 AGENT_PRESETS: dict[str, Callable[[], DMPOConfig]] = {

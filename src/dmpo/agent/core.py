@@ -20,6 +20,7 @@ so an acting thread blocked in an insert wakes up, and the next `observe` raises
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from pathlib import Path
@@ -32,6 +33,7 @@ from dmpo.agent.files import load_agent, save_agent
 from dmpo.builder import DMPOBuilder, derive_seeds
 from dmpo.config import DMPOConfig
 from dmpo.learning import BatchSlot
+from dmpo.learning.critic_support import settle_auto_gym
 from dmpo.learning.stepping import SteppingLoop
 from dmpo.networks import DMPONetworks, PolicyParams
 from dmpo.replay import TableClosedError
@@ -54,7 +56,9 @@ class DMPO:
 
     Args:
       environment_spec: the environment's specs (actions must be the canonical [-1, 1] box).
-      config: every hyper-parameter; defaults are the reference's.
+      config: every hyper-parameter; defaults are the reference's. A critic support of "auto-gym"
+        becomes the reference's [-150, 150] (this agent is not told the task's name); "auto" must be
+        resolved first (`dmpo.learning.critic_support.resolve_support`) or given as numbers.
       networks: custom networks; by default built from `config.networks`.
       seed: seeds parameter init, the learner's and the actor's randomness, and replay sampling.
       logger: receives the learner's metrics after each step.
@@ -68,6 +72,8 @@ class DMPO:
                  networks: DMPONetworks | None = None, seed: int = 0, logger: Any = None, counter: Any = None,
                  overlap_learner: bool = False, num_envs: int = 1) -> None:
         config = config if config is not None else DMPOConfig()
+        # The agent sees a spec, not a task name: "auto-gym" (the fast preset's) is the reference's support.
+        config = dataclasses.replace(config, networks=settle_auto_gym(config.networks, None))
         builder = DMPOBuilder(config, environment_spec, networks=networks)
         if config.samples_per_insert is None:
             raise ValueError("config.samples_per_insert must be a number > 0 for the single-process agent: "

@@ -1,5 +1,10 @@
 """`--agent.networks.vmin auto` / `vmax auto`: a categorical critic support that fits the task.
 
+"auto-gym" (what `--preset fast`, `dmpo train`'s default, uses) is "auto" on `gym:` tasks and the
+reference's -150 / 150 on every other task: dm_control tasks, whose returns [0, 100] that support holds
+and where the preset's results were measured, and the user's own environments, where "auto" in observed
+mode would build and step one more environment before training, which the user must ask for.
+
 The critic predicts the discounted return `Z = Σ_t γ^t r_t` of agent steps (γ the learner's discount;
 the environment's discount 0 at a termination only cuts the sum short). If every per-step reward lies
 in `[lo, hi]`, then `Z` lies in `[min(lo, lo/(1−γ)), max(hi, hi/(1−γ))]` (the `min`/`max` keep the
@@ -34,7 +39,7 @@ from typing import Any
 import numpy as np
 from dm_env import specs
 
-from dmpo.config import ConfigError, TrainConfig
+from dmpo.config import REFERENCE_SUPPORT, ConfigError, NetworkConfig, TrainConfig
 
 MARGIN_BELOW = 0.25
 """Observed mode: the support extends below the random policy's value range by this share of its span."""
@@ -106,13 +111,29 @@ def widen(low: float, high: float) -> tuple[float, float]:
     return low - MARGIN_BELOW * span, high + MARGIN_ABOVE * span
 
 
+def settle_auto_gym(networks: NetworkConfig, env: str | None) -> NetworkConfig:
+    """`networks` with each "auto-gym" bound made "auto" if `env` is a `gym:` task and the reference's
+    value otherwise (also when the task is not known: `env` None, as for `dmpo.DMPO`, which sees only
+    the environment's spec)."""
+    gym = env is not None and env.startswith("gym:")
+
+    def settle(value: Any, reference: float) -> Any:
+        return value if value != "auto-gym" else ("auto" if gym else reference)
+
+    return dataclasses.replace(networks, vmin=settle(networks.vmin, REFERENCE_SUPPORT[0]),
+                               vmax=settle(networks.vmax, REFERENCE_SUPPORT[1]))
+
+
 def resolve_support(config: TrainConfig, factory: Any, environment: Any) -> tuple[TrainConfig, str | None]:
-    """`config` with 'auto' vmin/vmax replaced by numbers, and a line saying how (None if no 'auto').
+    """`config` with 'auto' and 'auto-gym' vmin/vmax replaced by numbers, and a line saying how (None if
+    no 'auto' was left once 'auto-gym' was settled).
 
     `environment` is an already-built instance of the task (for its reward spec); `factory` builds the
     probe's environment in observed mode.
     """
-    networks = config.agent.networks
+    networks = settle_auto_gym(config.agent.networks, config.env)
+    if networks != config.agent.networks:
+        config = dataclasses.replace(config, agent=dataclasses.replace(config.agent, networks=networks))
     if "auto" not in (networks.vmin, networks.vmax):
         return config, None
     discount = config.agent.learner.discount

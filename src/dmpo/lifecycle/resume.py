@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from dmpo.config import ConfigError, TrainConfig
+from dmpo.config import AUTO_SUPPORT, ConfigError, TrainConfig
 
 __all__ = ["RESUMABLE_FIELDS", "NoRunError", "ResumeError", "ResumePlan", "apply_resume",
            "config_differences", "plan_resume"]
@@ -74,14 +74,14 @@ class ResumePlan:
 
 def config_differences(saved: object, given: object, prefix: str = "") -> dict[str, tuple[object, object]]:
     """`{dotted field: (saved, given)}` for every leaf field that differs between two configs. A given
-    "auto" critic support matches the value the saved run resolved it to."""
+    "auto" or "auto-gym" critic support matches the value the saved run resolved it to."""
     if dataclasses.is_dataclass(saved) and type(saved) is type(given):
         found: dict[str, tuple[object, object]] = {}
         for field in dataclasses.fields(saved):
             found.update(config_differences(getattr(saved, field.name), getattr(given, field.name),
                                             f"{prefix}{field.name}."))
         return found
-    if saved == given or (given == "auto" and prefix.rstrip(".").endswith(("vmin", "vmax"))):
+    if saved == given or (given in AUTO_SUPPORT and prefix.rstrip(".").endswith(("vmin", "vmax"))):
         return {}
     return {prefix.rstrip("."): (saved, given)}
 
