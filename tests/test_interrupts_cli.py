@@ -51,7 +51,9 @@ def terminate_after_first_checkpoint(command: list[str], run: Path, timeout: flo
             trainer.wait(30)
     assert trainer.returncode == 143, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
-    lines = [line for line in stderr.strip().splitlines() if line.startswith("dmpo:")]
+    # Pendulum's critic support, resolved and announced before training, is not about the signal.
+    lines = [line for line in stderr.strip().splitlines()
+             if line.startswith("dmpo:") and not line.startswith("dmpo: critic support")]
     assert len(lines) == 1, stderr[-3000:]
     match = HINT.match(lines[0])
     assert match and match.group(2) == str(run), lines

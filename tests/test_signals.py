@@ -143,7 +143,9 @@ def test_a_signal_at_any_moment_stops_the_run_the_documented_way(tmp_path, mode,
     code = training.finish()
     stderr = training.stderr()
     assert code == 128 + signum, stderr[-3000:]
-    lines = [line for line in stderr.splitlines() if line.startswith("dmpo:") and "warning" not in line]
+    # Pendulum's critic support, resolved and announced before training, is not about the signal.
+    lines = [line for line in stderr.splitlines() if line.startswith("dmpo:") and "warning" not in line
+             and not line.startswith("dmpo: critic support")]
     assert len(lines) == 1 and lines[0].startswith("dmpo: interrupted"), stderr[-3000:]
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-3000:]
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
