@@ -288,7 +288,11 @@ def test_a_trial_whose_node_is_lost_is_restarted_and_resumes(tmp_path):
                  DEADLINE, 0.5)
         holder.stdin.write("kill-worker\n")
         holder.stdin.flush()
-        assert "Trainable.train" in output.expect("KILLED ")  # the trial ran on the lost node
+        # The trial ran on the lost node. Ray titles its process after the method it is running
+        # ("ray::ResourceTrainable.train", "ray::Trainable.save": Tune's classes) and after the actor's
+        # class between calls ("ray::SweepTrial"); the kill can land at either moment.
+        killed = output.expect("KILLED ").split()
+        assert any("SweepTrial" in name or "Trainable." in name for name in killed), killed
         holder.stdin.write("add-worker\n")
         holder.stdin.flush()
         output.expect("ADDED")
