@@ -147,12 +147,17 @@ class NetworkConfig:
             _check(value in AUTO_SUPPORT or (isinstance(value, (int, float)) and not isinstance(value, bool)
                                              and math.isfinite(value)),
                    f"NetworkConfig.{name}", "a finite number, 'auto' or 'auto-gym'", value)
-        _check(self.vmin in AUTO_SUPPORT or self.vmax in AUTO_SUPPORT or self.vmin < self.vmax,
+        _check(not self.support_resolved or self.vmin < self.vmax,
                "NetworkConfig.vmin", f"< vmax ({self.vmax})", self.vmin)
         _check(isinstance(self.num_atoms, int) and self.num_atoms >= 2, "NetworkConfig.num_atoms",
                "an integer >= 2", self.num_atoms)
         _positive(self, "init_scale")
         _check(self.min_scale >= 0, "NetworkConfig.min_scale", ">= 0", self.min_scale)
+
+    @property
+    def support_resolved(self) -> bool:
+        """Both support bounds are numbers: neither is one of `AUTO_SUPPORT`, left to the task."""
+        return self.vmin not in AUTO_SUPPORT and self.vmax not in AUTO_SUPPORT
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dmpo.config import AUTO_SUPPORT, ConfigError, TrainConfig
+from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvError, TaskFactory
 from dmpo.envs.checks import check_agent_can_feed
 from dmpo.envs.registry import PipelineFactory
@@ -67,8 +67,7 @@ def prepare_task(config: TrainConfig, env_factory: Any = None, *, distributed: b
     config, factory = make_factory(config, env_factory)
     if distributed:
         check_picklable(factory)
-    if saved is not None and any(v in AUTO_SUPPORT for v in (config.agent.networks.vmin,
-                                                              config.agent.networks.vmax)):
+    if saved is not None and not config.agent.networks.support_resolved:
         networks = dataclasses.replace(config.agent.networks, vmin=saved.agent.networks.vmin,
                                        vmax=saved.agent.networks.vmax)
         config = dataclasses.replace(config, agent=dataclasses.replace(config.agent, networks=networks))

@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dmpo.config import AUTO_SUPPORT, NetworkConfig
+from dmpo.config import NetworkConfig
 from dmpo.networks.mlp import Initializer
 
 # Near-zero weights (truncated normal, variance 1e-4 / fan_in) make the initial policy mean ≈ 0 and
@@ -64,7 +64,7 @@ def support_atoms(vmin: float, vmax: float, num_atoms: int) -> jax.Array:
 
 def make_support(config: NetworkConfig) -> jax.Array:
     """The critic's fixed atoms for `config` (vmin, vmax, num_atoms)."""
-    if config.vmin in AUTO_SUPPORT or config.vmax in AUTO_SUPPORT:
+    if not config.support_resolved:
         raise ValueError(f"NetworkConfig.vmin/vmax {config.vmin!r}/{config.vmax!r} must be resolved from "
                          "the environment before networks are built: "
                          "dmpo.learning.critic_support.resolve_support (training does this)")
