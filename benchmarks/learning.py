@@ -71,25 +71,37 @@ from benchtools.time_to_score import (
 
 # A preset is a named set of extra `dmpo train` flags; adding one is adding a line. The first three are
 # `dmpo train --preset NAME` itself; the others are the points of the time-to-score grid
-# (docs/results/time-to-score.md), each one change to `fast`, kept so that their folders stay readable.
+# (docs/results/time-to-score.md), each one change to the `fast` of its day, kept so that their folders
+# stay readable and each runs again what was measured under its name.
+FAST_BATCH_256 = ("--preset", "fast", "--agent.batch-size", "256", "--agent.samples-per-insert", "128")
+"""`fast` until 2026-12-05 (batch 256, samples per insert 128): the base of the grid points before it."""
 PRESETS: dict[str, tuple[str, ...]] = {
-    # `dmpo train`'s default (`sample_efficient_preset()`: samples per insert 128, critic 256-256-256).
+    # `dmpo train`'s default (`sample_efficient_preset()`: batch 128, samples per insert 64, critic 256-256-256).
     "fast": ("--preset", "fast"),
     # `control_suite_preset()`: the reference's values but learning rates 3e-4, policy target period 25.
     "control": ("--preset", "control"),
     # The reference's `DMPOConfig()`.
     "reference": ("--preset", "reference"),
+    # The former default: `fast` with batch 256 at samples per insert 128 (the same updates per env step,
+    # each twice the FLOPs).
+    "fast-b256": FAST_BATCH_256,
     # Fewer actions sampled per next state (N = 10 instead of 20): half the target-critic rows.
-    "fast-n10": ("--preset", "fast", "--agent.learner.num-samples", "10"),
+    "fast-n10": (*FAST_BATCH_256, "--agent.learner.num-samples", "10"),
     # Larger learning rates, policy and critic (TD3's 1e-3 instead of 3e-4).
-    "fast-lr1e-3": ("--preset", "fast", "--agent.learner.policy-learning-rate", "1e-3",
+    "fast-lr1e-3": (*FAST_BATCH_256, "--agent.learner.policy-learning-rate", "1e-3",
                     "--agent.learner.critic-learning-rate", "1e-3"),
     # One update per env step (SAC's ratio) on a smaller critic, 256-256, to pay for it.
-    "fast-spi256": ("--preset", "fast", "--agent.samples-per-insert", "256",
+    "fast-spi256": (*FAST_BATCH_256, "--agent.samples-per-insert", "256",
                     "--agent.networks.critic-layer-sizes", "256", "256"),
     # MPO's decoupled trust region (Abdolmaleki et al., 2018): a looser bound on the mean's KL (4x),
     # the standard deviation's kept tight, so that the mean can move faster without collapsing exploration.
-    "fast-eps-mean": ("--preset", "fast", "--agent.learner.mpo.epsilon-mean", "0.01"),
+    "fast-eps-mean": (*FAST_BATCH_256, "--agent.learner.mpo.epsilon-mean", "0.01"),
+    # Half the batch at half the samples per insert: the same updates per env step (one per two), each
+    # half the FLOPs (docs/results/time-to-score.md, "Half the batch"). The default since.
+    "fast-b128": ("--preset", "fast", "--agent.batch-size", "128", "--agent.samples-per-insert", "64"),
+    # Half the batch at the former samples per insert: the former default's FLOPs per env step, twice its
+    # updates.
+    "fast-b128-spi128": (*FAST_BATCH_256, "--agent.batch-size", "128"),
 }
 DEFAULT_PRESET = "fast"
 """What the tool runs without --preset: `dmpo train`'s own default."""

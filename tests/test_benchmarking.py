@@ -241,17 +241,22 @@ def test_presets_are_dmpo_trains_own_presets(learning):
     assert agent("control") == control_suite_preset()
     assert agent("reference") == DMPOConfig()
     assert set(AGENT_PRESETS) <= set(learning.PRESETS)
-    # The grid points: each one change to `fast`, the one its name says.
+    # The grid points: each one change to the `fast` of its day, the one its name says. Those measured
+    # before the batch of 128 became the default keep the batch of 256 they ran with.
     fast = sample_efficient_preset()
+    former = dataclasses.replace(fast, batch_size=256, samples_per_insert=128.0)
+    assert agent("fast-b256") == former
     assert agent("fast-n10") == dataclasses.replace(
-        fast, learner=dataclasses.replace(fast.learner, num_samples=10))
-    assert agent("fast-lr1e-3") == dataclasses.replace(fast, learner=dataclasses.replace(
-        fast.learner, policy_learning_rate=1e-3, critic_learning_rate=1e-3))
+        former, learner=dataclasses.replace(former.learner, num_samples=10))
+    assert agent("fast-lr1e-3") == dataclasses.replace(former, learner=dataclasses.replace(
+        former.learner, policy_learning_rate=1e-3, critic_learning_rate=1e-3))
     assert agent("fast-spi256") == dataclasses.replace(
-        fast, samples_per_insert=256.0,
-        networks=dataclasses.replace(fast.networks, critic_layer_sizes=(256, 256)))
-    assert agent("fast-eps-mean") == dataclasses.replace(fast, learner=dataclasses.replace(
-        fast.learner, mpo=dataclasses.replace(fast.learner.mpo, epsilon_mean=0.01)))
+        former, samples_per_insert=256.0,
+        networks=dataclasses.replace(former.networks, critic_layer_sizes=(256, 256)))
+    assert agent("fast-eps-mean") == dataclasses.replace(former, learner=dataclasses.replace(
+        former.learner, mpo=dataclasses.replace(former.learner.mpo, epsilon_mean=0.01)))
+    assert agent("fast-b128") == fast
+    assert agent("fast-b128-spi128") == dataclasses.replace(former, batch_size=128)
 
 
 @pytest.mark.parametrize("argv, option", [

@@ -44,12 +44,12 @@ def test_control_preset_changes_only_the_documented_values():
 def test_sample_efficient_preset_changes_only_the_documented_values():
     fast, default = sample_efficient_preset(), control_suite_preset()
     assert TrainConfig().agent == fast  # `dmpo train`'s default (docs/results/time-to-score.md)
-    assert (fast.samples_per_insert, fast.learner.sgd_steps_per_call) == (128.0, 4)
+    assert (fast.batch_size, fast.samples_per_insert, fast.learner.sgd_steps_per_call) == (128, 64.0, 4)
     assert fast.networks.critic_layer_sizes == (256, 256, 256)
     assert (fast.networks.vmin, fast.networks.vmax) == ("auto-gym", "auto-gym")
     assert fast.observations_per_step == 2.0  # one update per two environment steps
     assert dataclasses.replace(
-        fast, samples_per_insert=default.samples_per_insert,
+        fast, batch_size=default.batch_size, samples_per_insert=default.samples_per_insert,
         learner=dataclasses.replace(fast.learner, sgd_steps_per_call=1),
         networks=default.networks) == default
     assert {name: make() for name, make in AGENT_PRESETS.items()} == {

@@ -48,8 +48,8 @@ def train(
     Args:
       config: the run's configuration.
       preset: the agent config the flags apply to: fast (`sample_efficient_preset()`, the default:
-        one update per 2 env steps on a 256-256-256 critic, the only preset to reach a good policy
-        on every task of the time-to-score benchmark), control (`control_suite_preset()`: the
+        one update per 2 env steps on batches of 128 and a 256-256-256 critic, the only preset to reach
+        a good policy on every task of the time-to-score benchmark), control (`control_suite_preset()`: the
         reference's update ratio, learning rates 3e-4) or reference (the reference's `DMPOConfig()`);
         flags given with it override its values, in any order.
       run_dir: where config, logs, checkpoints and snapshots go (default: runs/<timestamp>).
