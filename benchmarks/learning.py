@@ -76,7 +76,8 @@ from benchtools.time_to_score import (
 FAST_BATCH_256 = ("--preset", "fast", "--agent.batch-size", "256", "--agent.samples-per-insert", "128")
 """`fast` until 2026-12-05 (batch 256, samples per insert 128): the base of the grid points before it."""
 PRESETS: dict[str, tuple[str, ...]] = {
-    # `dmpo train`'s default (`sample_efficient_preset()`: batch 128, samples per insert 64, critic 256-256-256).
+    # `dmpo train`'s default (`sample_efficient_preset()`: batch 128, samples per insert 64,
+    # critic 256-256-256).
     "fast": ("--preset", "fast"),
     # `control_suite_preset()`: the reference's values but learning rates 3e-4, policy target period 25.
     "control": ("--preset", "control"),

@@ -30,7 +30,8 @@ from dmpo.types import make_environment_spec
 from dmpo.utils.counting import Counter
 
 REFERENCE_STEPS_PER_SECOND = (66 + 97) / 2
-WARMUP_STEPS = 64  # a multiple of every preset's env steps per jitted update call (8 for K = 4 at one update per 2 env steps)
+# A multiple of every preset's env steps per jitted update call (8 for K = 4 at one update per 2 env steps).
+WARMUP_STEPS = 64
 
 
 def run_mode(overlap: bool, steps: int, seed: int, config: DMPOConfig | None = None,

@@ -253,13 +253,15 @@ def control_suite_preset() -> DMPOConfig:
 
 
 def sample_efficient_preset() -> DMPOConfig:
-    """`dmpo train`'s default (`--preset fast`): `control_suite_preset()` with twice the updates per env
-    step (one update per 2 env steps, where SAC makes one) on batches of 128 (samples per insert 64), a
+    """`dmpo train`'s default (`--preset fast`): `control_suite_preset()` with four times the updates per
+    env step (one per 2 env steps, where the reference makes one per 8 and SAC one per step) on batches
+    of 128 (samples per insert 64), a
     critic of 256-256-256 instead of 512-512-256, and K = 4 updates per jitted call. Not the reference's
     values: chosen by the grid in docs/results/learning.md ("The sample-efficient preset: the grid"),
     made the default by the time-to-score grid (docs/results/time-to-score.md), and given half the batch
     by the side-by-side measurement there ("Half the batch"): each update costs half the FLOPs, which
-    on CPU outweighs the extra env steps it needs (walker-walk to 700 in 5.1 min median against 7.0).
+    on CPU outweighs the extra env steps it needs (walker-walk to 700 in 5.05 min, median of 3 seeds,
+    against 7.04).
 
     Its critic support is "auto-gym": the reference's [-150, 150] on dm_control tasks (where every result
     of the preset was measured, and returns lie in [0, 100]), the task's own on `gym:` tasks, whose returns
