@@ -153,7 +153,7 @@ def test_fields_that_shaped_the_checkpoint_are_refused_by_name(tmp_path):
     run = _run(tmp_path)
     given = TrainConfig(steps=1000, seed=3, agent=DMPOConfig(batch_size=7))
     with pytest.raises(ResumeError, match=r"cannot change on resume.*seed \(saved 0, given 3\).*"
-                                          r"agent\.batch_size \(saved 256, given 7\)"):
+                                          r"agent\.batch_size \(saved 128, given 7\)"):
         plan_resume(run.path, given)
 
 
