@@ -62,8 +62,10 @@ class Size:
 SIZES = {
     "default": Size("default", 256, 20, (256, 256, 256), (512, 512, 256)),
     "small": Size("small", 64, 8, (64, 64), (128, 128)),
-    # `--preset fast` (critic 256-256-256) and the cheaper-update levers of docs/results/time-to-score.md.
+    # `--preset fast` before 2026-12-05 (batch 256, critic 256-256-256), as measured, and the cheaper-update
+    # levers of docs/results/time-to-score.md; `fast-b128` is `--preset fast` since (half the batch).
     "fast": Size("fast", 256, 20, (256, 256, 256), (256, 256, 256)),
+    "fast-b128": Size("fast-b128", 128, 20, (256, 256, 256), (256, 256, 256)),
     "fast-n10": Size("fast-n10", 256, 10, (256, 256, 256), (256, 256, 256)),
     "fast-critic2": Size("fast-critic2", 256, 20, (256, 256, 256), (256, 256)),
 }
