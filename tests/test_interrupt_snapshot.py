@@ -14,21 +14,29 @@ import pytest
 
 import dmpo
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+from holds import holding_env
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli"]
+PAUSE_AFTER = 100  # env steps after the first checkpoint: mid-episode in 200-step Pendulum episodes
 
 
-def interrupt_after_first_checkpoint(run: Path, *extra: str) -> None:
-    """`dmpo train` with no evaluation (so no snapshot yet), SIGTERM once a checkpoint exists."""
+def interrupt_after_first_checkpoint(run: Path, *extra: str, hold: Path | None = None) -> None:
+    """`dmpo train` with no evaluation (so no snapshot yet), SIGTERM once a checkpoint exists; with
+    `hold` (one process), SIGTERM while the run is held mid-episode after that checkpoint."""
     command = [*CLI, "train", "--env", "gym:Pendulum-v1", "--steps", "10000000", "--checkpoint-every", "200",
                "--eval-every", "0", "--no-progress", "--run-dir", str(run), *TINY, *extra]
-    trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=child_env())
+    checkpoints = run / "checkpoints"
+    if hold is None:
+        env = child_env()
+        ready = lambda: checkpoints.is_dir() and any(checkpoints.glob("step_*"))  # noqa: E731
+    else:
+        env = holding_env(hold, pause_after_checkpoint=PAUSE_AFTER)
+        ready = (hold / "paused").is_file
+    trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        checkpoints = run / "checkpoints"
-        wait_for(lambda: (checkpoints.is_dir() and any(checkpoints.glob("step_*")))
-                 or trainer.poll() is not None, "the first checkpoint", timeout=400, period=0.2)
+        wait_for(lambda: ready() or trainer.poll() is not None, "the moment to interrupt", timeout=400,
+                 period=0.2)
         assert trainer.poll() is None, trainer.stderr.read()[-3000:]
         assert not (run / "snapshots" / "policy.msgpack").exists()  # only an evaluation or the end writes one
         trainer.send_signal(signal.SIGTERM)
@@ -55,11 +63,13 @@ def check_usable(run: Path, tmp_path: Path) -> dict:
 
 def test_an_interrupted_local_run_has_the_snapshot_of_its_final_checkpoint(tmp_path):
     run = tmp_path / "run"
-    interrupt_after_first_checkpoint(run)
+    interrupt_after_first_checkpoint(run, hold=tmp_path / "hold")
     metadata = check_usable(run, tmp_path)
     latest = TrainingCheckpoints(run / "checkpoints").latest()
     state = json.loads((latest / "state.json").read_text())
-    assert state["mid_episode"] is True  # the interrupt-time checkpoint
+    # The interrupt-time checkpoint: the first (200, Pendulum's first episode end) plus the steps done
+    # before the hold.
+    assert state["mid_episode"] is True and state["env_steps"] == 200 + PAUSE_AFTER - 1
     assert metadata["actor_steps"] == state["env_steps"]  # the snapshot of that same moment
 
 

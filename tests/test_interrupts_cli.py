@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+from holds import holding_env
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli", "train"]
 COMMON = ["--eval-every", "0", "--no-progress", *TINY]
+PAUSE_AFTER = 100  # env steps after the first checkpoint: mid-episode in 200-step Pendulum episodes
 HINT = re.compile(r"^dmpo: interrupted at (\d+) env steps; resume with: dmpo train --resume (\S+)$")
 
 
@@ -26,16 +28,22 @@ def files_of(run: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
 
 
-def terminate_after_first_checkpoint(command: list[str], run: Path, timeout: float) -> tuple[str, int]:
-    """Starts `command`; once a checkpoint exists, checks that a second `--resume` is refused, then
-    sends SIGTERM. Returns (stderr, env steps of the hint) after checking exit code and hint."""
-    trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=child_env())
+def terminate_after_first_checkpoint(command: list[str], run: Path, timeout: float,
+                                     hold: Path | None = None) -> tuple[str, int]:
+    """Starts `command`; once a checkpoint exists (with `hold`, one process: once the run is held
+    mid-episode after it), checks that a second `--resume` is refused, then sends SIGTERM. Returns
+    (stderr, env steps of the hint) after checking exit code and hint."""
+    checkpoints = run / "checkpoints"  # looked at without TrainingCheckpoints, which creates it
+    if hold is None:
+        env = child_env()
+        ready = lambda: checkpoints.is_dir() and any(checkpoints.glob("step_*"))  # noqa: E731
+    else:
+        env = holding_env(hold, pause_after_checkpoint=PAUSE_AFTER)
+        ready = (hold / "paused").is_file
+    trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        checkpoints = run / "checkpoints"  # looked at without TrainingCheckpoints, which creates it
-        wait_for(lambda: (checkpoints.is_dir() and any(checkpoints.glob("step_*")))
-                 or trainer.poll() is not None,
-                 "the first checkpoint", timeout=timeout, period=0.2)
+        wait_for(lambda: ready() or trainer.poll() is not None, "the moment to interrupt", timeout=timeout,
+                 period=0.2)
         assert trainer.poll() is None, trainer.stderr.read()[-3000:]
         second = subprocess.run([*CLI, "--resume", str(run), "--no-progress"], capture_output=True,
                                 text=True, timeout=300, env=child_env())
@@ -66,7 +74,8 @@ def test_sigterm_of_local_train_checkpoints_and_resumes(tmp_path):
     run = tmp_path / "run"
     command = [*CLI, "--env", "gym:Pendulum-v1", "--steps", "100000", "--checkpoint-every", "200",
                "--run-dir", str(run), *COMMON]
-    _, steps = terminate_after_first_checkpoint(command, run, timeout=300)
+    _, steps = terminate_after_first_checkpoint(command, run, timeout=300, hold=tmp_path / "hold")
+    assert steps == 200 + PAUSE_AFTER - 1  # the first checkpoint (an episode end), then the held episode
     latest = TrainingCheckpoints(run / "checkpoints").latest()
     saved = json.loads((latest / "state.json").read_text())
     assert saved["env_steps"] == steps and saved["mid_episode"] is True  # the final, interrupt-time save

@@ -21,13 +21,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from holds import holding_env
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli", "train"]
 STEPS = 400
 FLAGS = ["--env", "gym:Pendulum-v1", "--steps", str(STEPS), "--checkpoint-every", "200", "--eval-every", "0",
          "--no-progress", *TINY]
-HOLD = Path(__file__).resolve().parent / "signal_hold"  # holds the final checkpoint write (its docstring)
 
 
 def session_processes(sid: int) -> list[psutil.Process]:
@@ -47,14 +47,11 @@ class Training:
 
     def __init__(self, tmp_path: Path, run: Path, flags: list[str], hold_step: int | None = None) -> None:
         self.run, self.out, self.err = run, tmp_path / "stdout", tmp_path / "stderr"
-        extra = {}
         if hold_step is not None:
             self.hold = tmp_path / "hold"
-            self.hold.mkdir()
-            extra = {"DMPO_TEST_HOLD_DIR": str(self.hold), "DMPO_TEST_HOLD_STEP": str(hold_step)}
-        env = child_env(**extra)
-        if hold_step is not None:
-            env["PYTHONPATH"] = os.pathsep.join([str(HOLD), env["PYTHONPATH"]])
+            env = holding_env(self.hold, final_save_step=hold_step)
+        else:
+            env = child_env()
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.process = subprocess.Popen([*CLI, "--run-dir", str(run), *flags], stdout=out, stderr=err,
                                             env=env, start_new_session=True)

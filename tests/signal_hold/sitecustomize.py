@@ -1,43 +1,77 @@
-"""Test-only: holds a checkpoint write at the end of a run until the test says go, so that a test can
-signal `dmpo train` while its final checkpoint is being written (tests/test_signals.py).
+"""Test-only holds that stop `dmpo train` at a known moment, so that a test can signal it there
+(tests/test_signals.py, tests/test_interrupts_cli.py, tests/test_interrupt_snapshot.py).
 
 Active only when DMPO_TEST_HOLD_DIR is set (the tests put this folder on PYTHONPATH, so that every
-process of the run, Ray's workers included, loads it). The first `TrainingCheckpoints.save` of env
-step >= DMPO_TEST_HOLD_STEP creates `<dir>/holding` and waits for `<dir>/go` (at most 300 s).
+process of the run, Ray's workers included, loads it). Each hold creates a file in that folder, then
+waits for `<dir>/go` (at most 300 s); a signal that arrives meanwhile interrupts the wait like any
+other moment of the main thread.
+
+- DMPO_TEST_HOLD_STEP=N: the first `TrainingCheckpoints.save` of env step >= N holds before writing
+  (`<dir>/holding`): a signal during the final checkpoint write.
+- DMPO_TEST_PAUSE_AFTER_CHECKPOINT=K: after the process's first `TrainingCheckpoints.save`, its K-th
+  gymnasium env step holds before stepping (`<dir>/paused`): a signal mid-episode, never at a step
+  that is already checkpointed. With 200-step Pendulum episodes and `--checkpoint-every 200`, every
+  episode end is a checkpoint; a signal sent "after the first checkpoint appeared" may land there.
 """
 
 import os
 
 if os.environ.get("DMPO_TEST_HOLD_DIR"):
     import importlib.abc
+    import importlib.util
     import sys
     import time
     from pathlib import Path
 
     _HOLD_DIR = Path(os.environ["DMPO_TEST_HOLD_DIR"])
-    _HOLD_STEP = int(os.environ.get("DMPO_TEST_HOLD_STEP", "0"))
-    _TARGET = "dmpo.lifecycle.checkpoints"
+    _HOLD_STEP = os.environ.get("DMPO_TEST_HOLD_STEP")
+    _PAUSE_AFTER = os.environ.get("DMPO_TEST_PAUSE_AFTER_CHECKPOINT")
+    _steps_after_checkpoint = [None]  # None until the first checkpoint of this process is written
 
-    def _patch(module):
+    def _hold(marker: str) -> None:
+        (_HOLD_DIR / marker).write_text(str(os.getpid()))
+        deadline = time.monotonic() + 300
+        while not (_HOLD_DIR / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _patch_checkpoints(module):
         original = module.TrainingCheckpoints.save
 
         def save(self, step, *args, **kwargs):
-            if step >= _HOLD_STEP and not (_HOLD_DIR / "holding").exists():
-                (_HOLD_DIR / "holding").write_text(str(os.getpid()))
-                deadline = time.monotonic() + 300
-                while not (_HOLD_DIR / "go").exists() and time.monotonic() < deadline:
-                    time.sleep(0.01)
-            return original(self, step, *args, **kwargs)
+            if _HOLD_STEP is not None and step >= int(_HOLD_STEP) and not (_HOLD_DIR / "holding").exists():
+                _hold("holding")
+            path = original(self, step, *args, **kwargs)
+            if _steps_after_checkpoint[0] is None:
+                _steps_after_checkpoint[0] = 0
+            return path
 
         module.TrainingCheckpoints.save = save
 
+    def _patch_gym_steps(module):
+        original = module.GymnasiumEnvironment.step
+
+        def step(self, action):
+            if _steps_after_checkpoint[0] is not None:
+                _steps_after_checkpoint[0] += 1
+                if _steps_after_checkpoint[0] == int(_PAUSE_AFTER):
+                    _hold("paused")
+            return original(self, action)
+
+        module.GymnasiumEnvironment.step = step
+
+    _PATCHES = {"dmpo.lifecycle.checkpoints": _patch_checkpoints}
+    if _PAUSE_AFTER is not None:
+        _PATCHES["dmpo.envs.gym_adapter"] = _patch_gym_steps
+
     class _PatchOnImport(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
-            if name != _TARGET:
+            if name not in _PATCHES:
                 return None
             sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            sys.meta_path.insert(0, self)
+            try:
+                spec = importlib.util.find_spec(name)
+            finally:
+                sys.meta_path.insert(0, self)
             if spec is None:
                 return None
             loader = spec.loader
@@ -45,11 +79,9 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
 
             def exec_module(module):
                 original_exec(module)
-                _patch(module)
+                _PATCHES[name](module)
 
             loader.exec_module = exec_module
             return spec
-
-    import importlib.util
 
     sys.meta_path.insert(0, _PatchOnImport())
