@@ -24,3 +24,13 @@ def holding_env(folder: Path, *, final_save_step: int | None = None,
     env = child_env(**extra)
     env["PYTHONPATH"] = os.pathsep.join([str(HOLD_MODULE), env["PYTHONPATH"]])
     return env
+
+
+def interrupt_moment(run: Path, hold: Path | None, pause_after_checkpoint: int):
+    """(env, ready) for a `dmpo train` child to be interrupted: without `hold`, ready once its first
+    checkpoint exists (looked at without TrainingCheckpoints, which creates the folder); with `hold`
+    (one process), ready once it is held mid-episode `pause_after_checkpoint` steps after it."""
+    if hold is None:
+        checkpoints = run / "checkpoints"
+        return child_env(), lambda: checkpoints.is_dir() and any(checkpoints.glob("step_*"))
+    return holding_env(hold, pause_after_checkpoint=pause_after_checkpoint), (hold / "paused").is_file

@@ -14,7 +14,7 @@ import pytest
 
 import dmpo
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
-from holds import holding_env
+from holds import interrupt_moment
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli"]
@@ -26,13 +26,7 @@ def interrupt_after_first_checkpoint(run: Path, *extra: str, hold: Path | None =
     `hold` (one process), SIGTERM while the run is held mid-episode after that checkpoint."""
     command = [*CLI, "train", "--env", "gym:Pendulum-v1", "--steps", "10000000", "--checkpoint-every", "200",
                "--eval-every", "0", "--no-progress", "--run-dir", str(run), *TINY, *extra]
-    checkpoints = run / "checkpoints"
-    if hold is None:
-        env = child_env()
-        ready = lambda: checkpoints.is_dir() and any(checkpoints.glob("step_*"))  # noqa: E731
-    else:
-        env = holding_env(hold, pause_after_checkpoint=PAUSE_AFTER)
-        ready = (hold / "paused").is_file
+    env, ready = interrupt_moment(run, hold, PAUSE_AFTER)
     trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wait_for(lambda: ready() or trainer.poll() is not None, "the moment to interrupt", timeout=400,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
-from holds import holding_env
+from holds import interrupt_moment
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli", "train"]
@@ -33,13 +33,7 @@ def terminate_after_first_checkpoint(command: list[str], run: Path, timeout: flo
     """Starts `command`; once a checkpoint exists (with `hold`, one process: once the run is held
     mid-episode after it), checks that a second `--resume` is refused, then sends SIGTERM. Returns
     (stderr, env steps of the hint) after checking exit code and hint."""
-    checkpoints = run / "checkpoints"  # looked at without TrainingCheckpoints, which creates it
-    if hold is None:
-        env = child_env()
-        ready = lambda: checkpoints.is_dir() and any(checkpoints.glob("step_*"))  # noqa: E731
-    else:
-        env = holding_env(hold, pause_after_checkpoint=PAUSE_AFTER)
-        ready = (hold / "paused").is_file
+    env, ready = interrupt_moment(run, hold, PAUSE_AFTER)
     trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wait_for(lambda: ready() or trainer.poll() is not None, "the moment to interrupt", timeout=timeout,
