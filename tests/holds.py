@@ -8,6 +8,15 @@ from pathlib import Path
 from test_faults import child_env
 
 HOLD_MODULE = Path(__file__).resolve().parent / "signal_hold"
+PAUSE_AFTER_CHECKPOINT = 100
+"""Env steps after the first checkpoint at which `interrupt_moment` holds a run: mid-episode in
+Pendulum's 200-step episodes, so the interrupt-time checkpoint is at 200 + 99 env steps."""
+
+
+def has_checkpoint(run: Path) -> bool:
+    """A checkpoint of `run` exists (looked at without TrainingCheckpoints, which creates the folder)."""
+    checkpoints = run / "checkpoints"
+    return checkpoints.is_dir() and any(checkpoints.glob("step_*"))
 
 
 def holding_env(folder: Path, *, final_save_step: int | None = None,
@@ -26,11 +35,10 @@ def holding_env(folder: Path, *, final_save_step: int | None = None,
     return env
 
 
-def interrupt_moment(run: Path, hold: Path | None, pause_after_checkpoint: int):
+def interrupt_moment(run: Path, hold: Path | None):
     """(env, ready) for a `dmpo train` child to be interrupted: without `hold`, ready once its first
-    checkpoint exists (looked at without TrainingCheckpoints, which creates the folder); with `hold`
-    (one process), ready once it is held mid-episode `pause_after_checkpoint` steps after it."""
+    checkpoint exists; with `hold` (one process), ready once it is held mid-episode
+    `PAUSE_AFTER_CHECKPOINT` env steps after it."""
     if hold is None:
-        checkpoints = run / "checkpoints"
-        return child_env(), lambda: checkpoints.is_dir() and any(checkpoints.glob("step_*"))
-    return holding_env(hold, pause_after_checkpoint=pause_after_checkpoint), (hold / "paused").is_file
+        return child_env(), lambda: has_checkpoint(run)
+    return holding_env(hold, pause_after_checkpoint=PAUSE_AFTER_CHECKPOINT), (hold / "paused").is_file

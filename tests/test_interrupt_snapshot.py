@@ -14,11 +14,10 @@ import pytest
 
 import dmpo
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
-from holds import interrupt_moment
+from holds import PAUSE_AFTER_CHECKPOINT, interrupt_moment
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli"]
-PAUSE_AFTER = 100  # env steps after the first checkpoint: mid-episode in 200-step Pendulum episodes
 
 
 def interrupt_after_first_checkpoint(run: Path, *extra: str, hold: Path | None = None) -> None:
@@ -26,7 +25,7 @@ def interrupt_after_first_checkpoint(run: Path, *extra: str, hold: Path | None =
     `hold` (one process), SIGTERM while the run is held mid-episode after that checkpoint."""
     command = [*CLI, "train", "--env", "gym:Pendulum-v1", "--steps", "10000000", "--checkpoint-every", "200",
                "--eval-every", "0", "--no-progress", "--run-dir", str(run), *TINY, *extra]
-    env, ready = interrupt_moment(run, hold, PAUSE_AFTER)
+    env, ready = interrupt_moment(run, hold)
     trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wait_for(lambda: ready() or trainer.poll() is not None, "the moment to interrupt", timeout=400,
@@ -63,7 +62,7 @@ def test_an_interrupted_local_run_has_the_snapshot_of_its_final_checkpoint(tmp_p
     state = json.loads((latest / "state.json").read_text())
     # The interrupt-time checkpoint: the first (200, Pendulum's first episode end) plus the steps done
     # before the hold.
-    assert state["mid_episode"] is True and state["env_steps"] == 200 + PAUSE_AFTER - 1
+    assert state["mid_episode"] is True and state["env_steps"] == 200 + PAUSE_AFTER_CHECKPOINT - 1
     assert metadata["actor_steps"] == state["env_steps"]  # the snapshot of that same moment
 
 

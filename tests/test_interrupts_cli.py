@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
-from holds import interrupt_moment
+from holds import PAUSE_AFTER_CHECKPOINT, interrupt_moment
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli", "train"]
 COMMON = ["--eval-every", "0", "--no-progress", *TINY]
-PAUSE_AFTER = 100  # env steps after the first checkpoint: mid-episode in 200-step Pendulum episodes
 HINT = re.compile(r"^dmpo: interrupted at (\d+) env steps; resume with: dmpo train --resume (\S+)$")
 
 
@@ -33,7 +32,7 @@ def terminate_after_first_checkpoint(command: list[str], run: Path, timeout: flo
     """Starts `command`; once a checkpoint exists (with `hold`, one process: once the run is held
     mid-episode after it), checks that a second `--resume` is refused, then sends SIGTERM. Returns
     (stderr, env steps of the hint) after checking exit code and hint."""
-    env, ready = interrupt_moment(run, hold, PAUSE_AFTER)
+    env, ready = interrupt_moment(run, hold)
     trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wait_for(lambda: ready() or trainer.poll() is not None, "the moment to interrupt", timeout=timeout,
@@ -69,7 +68,7 @@ def test_sigterm_of_local_train_checkpoints_and_resumes(tmp_path):
     command = [*CLI, "--env", "gym:Pendulum-v1", "--steps", "100000", "--checkpoint-every", "200",
                "--run-dir", str(run), *COMMON]
     _, steps = terminate_after_first_checkpoint(command, run, timeout=300, hold=tmp_path / "hold")
-    assert steps == 200 + PAUSE_AFTER - 1  # the first checkpoint (an episode end), then the held episode
+    assert steps == 200 + PAUSE_AFTER_CHECKPOINT - 1  # the first checkpoint (an episode end), then the hold
     latest = TrainingCheckpoints(run / "checkpoints").latest()
     saved = json.loads((latest / "state.json").read_text())
     assert saved["env_steps"] == steps and saved["mid_episode"] is True  # the final, interrupt-time save

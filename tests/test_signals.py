@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from holds import holding_env
+from holds import has_checkpoint, holding_env
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli", "train"]
@@ -100,8 +100,7 @@ def first_learner_step(training: Training) -> bool:
 
 
 def first_checkpoint(training: Training) -> bool:
-    checkpoints = training.run / "checkpoints"  # looked at without TrainingCheckpoints, which creates it
-    return checkpoints.is_dir() and any(checkpoints.glob("step_*"))
+    return has_checkpoint(training.run)
 
 
 def final_save(training: Training) -> bool:

@@ -24,8 +24,9 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
     from pathlib import Path
 
     _HOLD_DIR = Path(os.environ["DMPO_TEST_HOLD_DIR"])
-    _HOLD_STEP = os.environ.get("DMPO_TEST_HOLD_STEP")
-    _PAUSE_AFTER = os.environ.get("DMPO_TEST_PAUSE_AFTER_CHECKPOINT")
+    _HOLD_STEP = int(os.environ["DMPO_TEST_HOLD_STEP"]) if "DMPO_TEST_HOLD_STEP" in os.environ else None
+    _PAUSE_AFTER = (int(os.environ["DMPO_TEST_PAUSE_AFTER_CHECKPOINT"])
+                    if "DMPO_TEST_PAUSE_AFTER_CHECKPOINT" in os.environ else None)
     _steps_after_checkpoint = [None]  # None until the first checkpoint of this process is written
 
     def _hold(marker: str) -> None:
@@ -38,7 +39,7 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
         original = module.TrainingCheckpoints.save
 
         def save(self, step, *args, **kwargs):
-            if _HOLD_STEP is not None and step >= int(_HOLD_STEP) and not (_HOLD_DIR / "holding").exists():
+            if _HOLD_STEP is not None and step >= _HOLD_STEP and not (_HOLD_DIR / "holding").exists():
                 _hold("holding")
             path = original(self, step, *args, **kwargs)
             if _steps_after_checkpoint[0] is None:
@@ -53,7 +54,7 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
         def step(self, action):
             if _steps_after_checkpoint[0] is not None:
                 _steps_after_checkpoint[0] += 1
-                if _steps_after_checkpoint[0] == int(_PAUSE_AFTER):
+                if _steps_after_checkpoint[0] == _PAUSE_AFTER:
                     _hold("paused")
             return original(self, action)
 
