@@ -31,13 +31,12 @@ import time
 
 import numpy as np
 
-from dmpo.acting import stack_observations
-from dmpo.builder import DMPOBuilder
+from dmpo.agent.acting import stack_observations
+from dmpo.agent.builder import DMPOBuilder
+from dmpo.agent.vector_loop import VectorEnvironmentLoop, lockstep_env_seeds
 from dmpo.config import AGENT_PRESETS, TrainConfig
-from dmpo.envs import make
+from dmpo.envs import make, make_environment_spec
 from dmpo.reporting.logging import NoOpLogger
-from dmpo.runners.vector_loop import VectorEnvironmentLoop, lockstep_env_seeds
-from dmpo.types import make_environment_spec
 from dmpo.utils.counting import Counter
 
 
@@ -56,7 +55,7 @@ def pure_acting(task: str, num_envs: int, pixels: bool, seed: int = 0) -> tuple[
     builder = DMPOBuilder(config.agent, spec)
     import jax
 
-    from dmpo.networks import PolicyParams, init_params
+    from dmpo.agent.networks import PolicyParams, init_params
 
     params = init_params(builder.networks, spec, jax.random.PRNGKey(seed))
     table = builder.make_table(builder.make_rate_limiter("local"), seed=seed)

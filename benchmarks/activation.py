@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dmpo.networks import LayerNormMLP
+from dmpo.agent.networks import LayerNormMLP
 
 ROWS, INPUT_DIM = 5120, 30
 

@@ -41,7 +41,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
 
-from dmpo.builder import DMPOBuilder  # noqa: E402
+from dmpo.agent.builder import DMPOBuilder  # noqa: E402
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
 from dmpo.distributed import DistributedProgram, ProgramOptions, start_local_cluster  # noqa: E402
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
@@ -74,10 +74,9 @@ def agent_config(size: str) -> DMPOConfig:
 def measure_single_process(env: str, size: str, seconds: float) -> dict[str, float]:
     """The synchronous agent in this process: env steps/s and updates/s over `seconds` once learning."""
     from dmpo.agent.core import DMPO
-    from dmpo.envs import make
+    from dmpo.agent.environment_loop import EnvironmentLoop
+    from dmpo.envs import make, make_environment_spec
     from dmpo.reporting.logging import NoOpLogger
-    from dmpo.runners.environment_loop import EnvironmentLoop
-    from dmpo.types import make_environment_spec
     from dmpo.utils.counting import Counter
 
     environment = make(env, seed=0)
@@ -183,9 +182,8 @@ def _tree_bytes(tree: Any) -> int:
 def measure_call_costs(env: str, repeats: int = 30) -> dict[str, float]:
     import jax
 
-    from dmpo.envs import make
-    from dmpo.networks import PolicyParams, init_params, make_networks
-    from dmpo.types import make_environment_spec
+    from dmpo.agent.networks import PolicyParams, init_params, make_networks
+    from dmpo.envs import make, make_environment_spec
 
     env_spec = make_environment_spec(make(env, seed=0))
     results: dict[str, float] = {}

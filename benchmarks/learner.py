@@ -32,8 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from dm_env import specs
 
-from dmpo.config import LearnerConfig, NetworkConfig
-from dmpo.learning import (
+from dmpo.agent.learning import (
     Learner,
     bootstrap,
     critic_loss,
@@ -42,8 +41,9 @@ from dmpo.learning import (
     make_update_fn,
     policy_loss,
 )
-from dmpo.learning.learner import stack_batches
-from dmpo.networks import make_networks
+from dmpo.agent.learning.learner import stack_batches
+from dmpo.agent.networks import make_networks
+from dmpo.config import LearnerConfig, NetworkConfig
 from dmpo.types import EnvironmentSpec, Transition
 
 OBSERVATION_DIM, ACTION_DIM = 24, 6  # walker

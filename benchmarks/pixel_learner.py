@@ -19,9 +19,9 @@ import jax
 import numpy as np
 from dm_env import specs
 
+from dmpo.agent.learning import init_training_state, make_update_fn
+from dmpo.agent.networks import make_networks, pixel_network_config
 from dmpo.config import LearnerConfig, NetworkConfig
-from dmpo.learning import init_training_state, make_update_fn
-from dmpo.networks import make_networks, pixel_network_config
 from dmpo.types import EnvironmentSpec, Transition
 
 ACTION_DIM = 6

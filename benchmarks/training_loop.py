@@ -25,8 +25,7 @@ import time
 
 from dmpo.agent.core import DMPO
 from dmpo.config import AGENT_PRESETS, DMPOConfig
-from dmpo.envs import make
-from dmpo.types import make_environment_spec
+from dmpo.envs import make, make_environment_spec
 from dmpo.utils.counting import Counter
 
 REFERENCE_STEPS_PER_SECOND = (66 + 97) / 2

@@ -69,7 +69,7 @@ def _sha256(arrays: list[tuple[str, np.ndarray]]) -> str:
 
 def learner_template(config: TrainConfig) -> Any:
     from dmpo.agent.core import DMPO
-    from dmpo.types import make_environment_spec
+    from dmpo.envs import make_environment_spec
 
     agent = DMPO(make_environment_spec(fake_factory(0)), config.agent, seed=0)
     try:
@@ -93,7 +93,7 @@ def checkpoint_digest(checkpoint: Path, config: TrainConfig) -> dict[str, Any]:
 
 
 def reference_run(directory: Path, **overrides: Any) -> dict[str, Any]:
-    from dmpo.runners.local import train
+    from dmpo.run.local import train
 
     config = reference_config(**overrides)
     train(config, directory, env_factory=fake_factory, progress=False, quiet=True)

@@ -8,14 +8,16 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 
+from dmpo.agent.builder import pixel_stack_size  # noqa: E402
 from dmpo.agent.core import DMPO  # noqa: E402
-from dmpo.builder import pixel_stack_size  # noqa: E402
+from dmpo.agent.environment_loop import EnvironmentLoop  # noqa: E402
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
-from dmpo.envs import make  # noqa: E402
+from dmpo.envs import (
+    make,  # noqa: E402
+    make_environment_spec,  # noqa: E402
+)
 from dmpo.replay import FrameStackTable  # noqa: E402
 from dmpo.reporting.logging import NoOpLogger  # noqa: E402
-from dmpo.runners.environment_loop import EnvironmentLoop  # noqa: E402
-from dmpo.types import make_environment_spec  # noqa: E402
 from dmpo.utils.counting import Counter  # noqa: E402
 
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmpo.augmentation import augment_transition, is_pixels, random_shift
+from dmpo.agent.augmentation import augment_transition, is_pixels, random_shift
 from dmpo.types import Transition
 
 

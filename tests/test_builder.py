@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 from dm_env import specs
 
+from dmpo.agent.builder import DMPOBuilder
 from dmpo.agent.core import DMPO
-from dmpo.builder import CheckpointState, DMPOBuilder, next_boundary
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.distributed import DistributedProgram
-from dmpo.envs import FakeEnvironment
+from dmpo.envs import FakeEnvironment, make_environment_spec
 from dmpo.envs.registry import PipelineFactory
+from dmpo.lifecycle.checkpoints import CheckpointState
+from dmpo.lifecycle.schedule import next_boundary
 from dmpo.replay import FrameStackTable, MinSize, SampleToInsertRatio, Table
-from dmpo.types import make_environment_spec
 
 TINY = DMPOConfig(batch_size=8, min_replay_size=16, max_replay_size=200, samples_per_insert=4.0, n_step=3,
                   learner=LearnerConfig(num_samples=2, discount=0.97),
@@ -135,7 +136,7 @@ def test_run_config_fields_a_mode_cannot_honour_fail_at_start(tmp_path):
     assert TrainConfig(actors=2, agent=no_ratio).agent.samples_per_insert is None
     with pytest.raises(ValueError, match="samples_per_insert must be a number"):
         DMPO(make_environment_spec(FACTORIES["states"](0)), no_ratio)
-    from dmpo.runners.local import train
+    from dmpo.run.local import train
 
     no_checkpoints = TrainConfig(env="test:fake", agent=dataclasses.replace(TINY, checkpoint=False))
     with pytest.raises(ConfigError, match="checkpoint"):

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import wandb_records
-from dmpo.callbacks import BestPolicy, Callback, CallbackList, RunEvents, StopAtReturn, read_best
+from dmpo.agent.policies.snapshot import load_policy
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import FakeEnvironment
-from dmpo.lifecycle.seeds import evaluation_seed
-from dmpo.policies.snapshot import load_policy
-from dmpo.runners.local import train
+from dmpo.callbacks import BestPolicy, Callback, CallbackList, RunEvents, StopAtReturn, read_best
+from dmpo.run.local import train
+from dmpo.utils.seeds import evaluation_seed
 from test_agent import tiny_config
 
 EVAL_EVERY = 30

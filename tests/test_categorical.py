@@ -9,7 +9,7 @@ import rlax
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmpo.losses.categorical import (
+from dmpo.agent.losses.categorical import (
     categorical_cross_entropy,
     categorical_l2_project,
     categorical_td_loss,

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from dm_env import specs
 
+from dmpo.agent.learning import init_training_state, make_update_fn
+from dmpo.agent.networks import make_networks
 from dmpo.config import LearnerConfig, MPOLossConfig, NetworkConfig
-from dmpo.learning import init_training_state, make_update_fn
-from dmpo.networks import make_networks
 from dmpo.types import EnvironmentSpec, Transition
 from dmpo.utils.checkpointing import MAGIC, Checkpointer, CheckpointError
 

@@ -70,9 +70,9 @@ def test_video_every_on_a_task_that_cannot_render_fails_at_start(capsys, tmp_pat
 
 
 def test_a_budget_that_ends_before_learning_is_warned_at_start(monkeypatch, capsys, tmp_path):
-    import dmpo.runners.local
+    import dmpo.run.local
 
-    monkeypatch.setattr(dmpo.runners.local, "train",
+    monkeypatch.setattr(dmpo.run.local, "train",
                         lambda config, run_dir, **_: {"env_steps": 0, "run_dir": str(run_dir)})
     main(["train", "--agent.batch-size", "100000", "--steps", "100000", "--run-dir", str(tmp_path / "r")])
     assert ("dmpo: warning: --steps 100,000 ends before the agent's first update, which waits for 100,000 "
@@ -225,7 +225,7 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     assert [int(row["evaluator_episodes"]) for row in rows] == [2 * (i + 1) for i in range(rounds)]
     assert int(rows[-1]["actor_steps"]) == state["env_steps"]
     assert float(rows[-1]["length_mean"]) == episode
-    from dmpo.policies.snapshot import load_policy
+    from dmpo.agent.policies.snapshot import load_policy
 
     snapshot = load_policy(run)
     assert snapshot.metadata["env"] == "dmc:cartpole-swingup" and snapshot.metadata["action_repeat"] == 8
@@ -262,11 +262,10 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
 def gym_snapshot(tmp_path, env_name="gym:InvertedPendulum-v5"):
     import jax
 
+    from dmpo.agent.networks import PolicyParams, init_params, make_networks
+    from dmpo.agent.policies.snapshot import save_policy
     from dmpo.config import NetworkConfig
-    from dmpo.envs import make
-    from dmpo.networks import PolicyParams, init_params, make_networks
-    from dmpo.policies.snapshot import save_policy
-    from dmpo.types import make_environment_spec
+    from dmpo.envs import make, make_environment_spec
 
     spec = make_environment_spec(make(env_name, seed=0))
     config = NetworkConfig(policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5)
@@ -365,7 +364,7 @@ def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
     import typing
 
     import dmpo.cli.main
-    import dmpo.runners.local
+    import dmpo.run.local
     from dmpo.config import AGENT_PRESETS, DMPOConfig, control_suite_preset, sample_efficient_preset
 
     trained = []
@@ -374,7 +373,7 @@ def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
         trained.append(config)
         return {"env_steps": 0, "run_dir": str(run_dir)}
 
-    monkeypatch.setattr(dmpo.runners.local, "train", record)
+    monkeypatch.setattr(dmpo.run.local, "train", record)
     run = ["--run-dir", str(tmp_path / "run")]
     main(["train", *run])
     main(["train", "--preset", "control", *run])

@@ -12,9 +12,9 @@ import gymnasium
 import numpy as np
 import pytest
 
+from dmpo.agent.learning.critic_support import GYM_REWARD_BOUNDS, resolve_support
 from dmpo.config import DMPOConfig, NetworkConfig, TrainConfig
 from dmpo.envs import TaskFactory, make
-from dmpo.learning.critic_support import GYM_REWARD_BOUNDS, resolve_support
 
 
 def auto_config(env: str, **fields) -> TrainConfig:
@@ -122,8 +122,8 @@ def test_a_run_saved_before_auto_gym_resumes_with_its_own_support():
 
 
 def test_auto_gym_is_a_validated_value_that_networks_refuse_unresolved():
+    from dmpo.agent.networks import make_support
     from dmpo.config import ConfigError
-    from dmpo.networks import make_support
 
     assert NetworkConfig(vmin="auto-gym", vmax=3.0).vmin == "auto-gym"
     with pytest.raises(ConfigError, match="'auto' or 'auto-gym'"):

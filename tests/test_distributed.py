@@ -38,8 +38,8 @@ import ray  # noqa: E402
 from ray import cloudpickle  # noqa: E402
 
 import waiting  # noqa: E402
+from dmpo.agent.builder import DMPOBuilder  # noqa: E402
 from dmpo.agent.core import DMPO  # noqa: E402
-from dmpo.builder import CheckpointState, DMPOBuilder  # noqa: E402
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
 from dmpo.distributed import (  # noqa: E402
     DistributedProgram,
@@ -51,10 +51,13 @@ from dmpo.distributed.counter_service import RemoteCounterService, make_child_co
 from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteTableSampler  # noqa: E402
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
 from dmpo.distributed.variables import AsyncVariableClient, VariablePublisher  # noqa: E402
+from dmpo.envs import make_environment_spec  # noqa: E402
 from dmpo.envs.fakes import FakeEnvironment  # noqa: E402
-from dmpo.lifecycle.checkpoints import TrainingCheckpoints  # noqa: E402
+from dmpo.lifecycle.checkpoints import (
+    CheckpointState,  # noqa: E402
+    TrainingCheckpoints,  # noqa: E402
+)
 from dmpo.replay import MinSize, SampleToInsertRatio, Table, transition_signature  # noqa: E402
-from dmpo.types import make_environment_spec  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

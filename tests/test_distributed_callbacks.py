@@ -14,9 +14,9 @@ pytest.importorskip("ray")
 import ray  # noqa: E402
 
 import wandb_records  # noqa: E402
-from dmpo.callbacks import Callback, read_best  # noqa: E402
+from dmpo.agent.policies.snapshot import load_policy  # noqa: E402
 from dmpo.distributed import run_distributed  # noqa: E402
-from dmpo.policies.snapshot import load_policy  # noqa: E402
+from dmpo.lifecycle.callbacks import Callback, read_best  # noqa: E402
 from test_distributed import fake_environment, options, train_config  # noqa: E402
 
 pytestmark = pytest.mark.ray

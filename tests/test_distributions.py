@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dmpo.distributions import (
+from dmpo.agent.distributions import (
     gaussian_entropy,
     gaussian_kl,
     gaussian_log_prob,

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from dm_env import specs
 
+from dmpo.agent.environment_loop import EnvironmentLoop, default_render, evaluate
 from dmpo.reporting.logging import NoOpLogger
-from dmpo.runners import EnvironmentLoop, default_render, evaluate
 from dmpo.utils.counting import Counter
 
 EPISODE_KEYS = {"episode_length", "episode_return", "steps_per_second", "env_reset_duration_sec",

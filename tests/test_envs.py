@@ -26,9 +26,9 @@ from dmpo.envs import (  # noqa: E402
     flatten_observation,
     flatten_observation_spec,
     make,
+    make_environment_spec,  # noqa: E402
 )
 from dmpo.envs.wrappers import ActionRepeatWrapper, CanonicalActionWrapper  # noqa: E402
-from dmpo.types import make_environment_spec  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Tiny gymnasium environments registered for the tests (removed again after the module).

@@ -12,12 +12,12 @@ import pytest
 from dm_env import specs
 
 import dmpo
+from dmpo.agent.networks import PolicyParams, init_params, make_networks, pixel_network_config
+from dmpo.agent.policies.export import ExportError, export_policy
+from dmpo.agent.policies.snapshot import save_policy
 from dmpo.cli.main import main
 from dmpo.config import NetworkConfig
 from dmpo.envs.observations import flatten_observation
-from dmpo.networks import PolicyParams, init_params, make_networks, pixel_network_config
-from dmpo.policies.export import ExportError, export_policy
-from dmpo.policies.snapshot import save_policy
 from dmpo.types import EnvironmentSpec
 
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -108,7 +108,7 @@ def test_export_of_a_trained_run_reproduces_its_policy(tmp_path):
     """A real (tiny) training run's snapshot, as the trainer writes it, exported and run in onnxruntime."""
     from dmpo.config import DMPOConfig, LearnerConfig, TrainConfig
     from dmpo.envs import FakeEnvironment
-    from dmpo.runners.local import train
+    from dmpo.run.local import train
 
     shape = {"velocity": (3,), "position": (2,)}
     env_factory = lambda seed: FakeEnvironment(observation_shape=shape, action_dim=2,  # noqa: E731

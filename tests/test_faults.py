@@ -265,7 +265,7 @@ def test_kill_9_of_the_trainer_then_resume_repeats_the_uninterrupted_run(tmp_pat
 
 _FAILING_LEARNER = """
 import sys
-from dmpo.learning import learner
+from dmpo.agent.learning import learner
 real_step = learner.Learner.step
 calls = [0]
 

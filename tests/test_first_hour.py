@@ -68,10 +68,10 @@ def test_a_mistyped_flag_fails_in_one_line_with_the_closest_flag_first(argv, fir
 
 
 def test_known_flags_in_every_spelling_pass_the_check(monkeypatch, capsys, tmp_path):
-    import dmpo.runners.local
+    import dmpo.run.local
 
     trained = []
-    monkeypatch.setattr(dmpo.runners.local, "train", lambda config, run_dir, **_: trained.append(config) or
+    monkeypatch.setattr(dmpo.run.local, "train", lambda config, run_dir, **_: trained.append(config) or
                         {"env_steps": 0, "run_dir": str(run_dir)})
     main(["train", "--agent.batch_size=32", "--no-progress", "--steps", "5000",
           "--run-dir", str(tmp_path / "r")])
@@ -112,7 +112,7 @@ def test_check_env_says_the_closest_task(capsys):
 
 
 def _warn_about_support(capsys):
-    from dmpo.learning.support_monitor import ROWS, THRESHOLD, SupportMonitor
+    from dmpo.agent.learning.support_monitor import ROWS, THRESHOLD, SupportMonitor
 
     monitor = SupportMonitor(-150.0, 150.0)
     for _ in range(ROWS + 3):

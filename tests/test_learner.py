@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from dm_env import specs
 
+from dmpo.agent.learning import Learner
+from dmpo.agent.networks import make_networks
 from dmpo.config import LearnerConfig, NetworkConfig
-from dmpo.learning import Learner
-from dmpo.networks import make_networks
 from dmpo.types import EnvironmentSpec, Transition
 from dmpo.utils.counting import Counter
 

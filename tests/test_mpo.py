@@ -11,8 +11,15 @@ import optax
 import pytest
 from scipy import stats
 
+from dmpo.agent.losses.mpo import (
+    MPODuals,
+    _nonparametric_weights,
+    clamp_duals,
+    constrained,
+    init_duals,
+    mpo_loss,
+)
 from dmpo.config import MPOLossConfig
-from dmpo.losses.mpo import MPODuals, _nonparametric_weights, clamp_duals, constrained, init_duals, mpo_loss
 
 STAT_KEYS = {
     "dual_alpha_mean", "dual_alpha_stddev", "dual_temperature", "loss_policy", "loss_alpha",

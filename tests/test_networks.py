@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from dm_env import specs
 
-from dmpo import networks as networks_lib
-from dmpo.config import NetworkConfig
-from dmpo.networks import (
+from dmpo.agent import networks as networks_lib
+from dmpo.agent.networks import (
     MLP,
     BatchFlatten,
     CategoricalValueHead,
@@ -26,6 +25,7 @@ from dmpo.networks import (
     make_support,
     pixel_network_config,
 )
+from dmpo.config import NetworkConfig
 from dmpo.types import EnvironmentSpec
 
 TINY = NetworkConfig(policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5, vmin=-2.0, vmax=2.0)
@@ -225,10 +225,10 @@ class FakeTorso(nn.Module):
 
 @pytest.fixture()
 def fake_torsos(monkeypatch):
-    fake = types.ModuleType("dmpo.networks.torsos")
+    fake = types.ModuleType("dmpo.agent.networks.torsos")
     fake.ImpalaTorso = FakeTorso
     fake.DrQTorso = FakeTorso
-    monkeypatch.setitem(sys.modules, "dmpo.networks.torsos", fake)
+    monkeypatch.setitem(sys.modules, "dmpo.agent.networks.torsos", fake)
     monkeypatch.setattr(networks_lib, "torsos", fake, raising=False)
     return fake
 

@@ -71,7 +71,8 @@ BLOCK_RAY = textwrap.dedent("""
 
 def test_single_process_path_imports_no_ray_and_actors_name_the_extra(tmp_path):
     script = BLOCK_RAY + textwrap.dedent(f"""
-        import dmpo, dmpo.cli.main, dmpo.agent.core, dmpo.runners.local, dmpo.learning, dmpo.policies.snapshot
+        import dmpo, dmpo.cli.main, dmpo.agent.core, dmpo.run.local, dmpo.agent.learning
+        import dmpo.agent.policies.snapshot
         from dmpo import DMPO, train, load_policy  # the lazy public API
         assert "ray" not in sys.modules, sorted(m for m in sys.modules if m.startswith("ray"))
         print("imports ok", flush=True)

@@ -15,13 +15,12 @@ from flax import serialization
 
 import dmpo
 from dmpo import DMPO
+from dmpo.agent.policies.export import ExportError, export_policy
+from dmpo.agent.policies.snapshot import load_policy
 from dmpo.cli.main import main
 from dmpo.config import DMPOConfig, LearnerConfig
-from dmpo.envs import FakeEnvironment, make
+from dmpo.envs import FakeEnvironment, make, make_environment_spec
 from dmpo.envs.interface import TaskInterface, task_interface
-from dmpo.policies.export import ExportError, export_policy
-from dmpo.policies.snapshot import load_policy
-from dmpo.types import make_environment_spec
 from test_export import CASES, STATES, make_snapshot
 
 onnx = pytest.importorskip("onnx")

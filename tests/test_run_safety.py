@@ -12,9 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from dmpo.builder import CheckpointState
 from dmpo.config import ConfigError, TrainConfig
-from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints
 from dmpo.lifecycle.directory import RunDirectory, check_run_path, config_from_dict, config_to_dict
 from dmpo.lifecycle.interrupts import Interrupted, critical, exit_code, interrupt_on_signals
 from dmpo.lifecycle.lock import RunLockedError, is_mine_or_free, run_lock
@@ -196,8 +195,8 @@ def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_
     import dataclasses
     import errno
 
+    from dmpo.agent.environment_loop import local
     from dmpo.envs import FakeEnvironment
-    from dmpo.runners import local
     from test_agent import reach_config, tiny_config
 
     def full_disk(self, step, *args, **kwargs):
@@ -223,8 +222,8 @@ def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_
 def test_a_run_interrupted_before_its_first_checkpoint_resumes_from_step_zero(tmp_path, monkeypatch):
     import dataclasses
 
+    from dmpo.agent.environment_loop import local
     from dmpo.envs import FakeEnvironment
-    from dmpo.runners import local
     from test_agent import reach_config, tiny_config
 
     config = dataclasses.replace(reach_config(60), eval_every=30, agent=tiny_config())

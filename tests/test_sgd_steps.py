@@ -11,14 +11,14 @@ import pytest
 from dm_env import specs
 
 from dmpo.agent.core import DMPO, learner_steps_due
+from dmpo.agent.environment_loop import EnvironmentLoop
+from dmpo.agent.learning import Learner, init_training_state, make_multi_update_fn, make_update_fn
+from dmpo.agent.learning.learner import stack_batches
+from dmpo.agent.networks import make_networks
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig
-from dmpo.envs import FakeEnvironment
-from dmpo.learning import Learner, init_training_state, make_multi_update_fn, make_update_fn
-from dmpo.learning.learner import stack_batches
-from dmpo.networks import make_networks
+from dmpo.envs import FakeEnvironment, make_environment_spec
 from dmpo.reporting.logging import Dispatcher, NoOpLogger, TimeFilter
-from dmpo.runners.environment_loop import EnvironmentLoop
-from dmpo.types import EnvironmentSpec, Transition, make_environment_spec
+from dmpo.types import EnvironmentSpec, Transition
 from dmpo.utils.counting import Counter
 
 B, D, OBS = 8, 2, 3
@@ -181,7 +181,7 @@ def test_the_local_trainer_fetches_only_the_rows_its_learner_log_holds(tmp_path)
 
     from dmpo.config import TrainConfig
     from dmpo.lifecycle.directory import RunDirectory
-    from dmpo.runners.local import LocalTrainer
+    from dmpo.run.local import LocalTrainer
 
     agent = DMPOConfig(batch_size=8, min_replay_size=16, max_replay_size=500, samples_per_insert=8.0,
                        n_step=2,

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 import dmpo
-from dmpo.acting import make_policy_fns
+from dmpo.agent.acting import make_policy_fns
+from dmpo.agent.networks import PolicyParams, init_params, make_networks
+from dmpo.agent.policies.snapshot import SnapshotError, load_policy, save_policy
 from dmpo.config import NetworkConfig
-from dmpo.envs import FakeEnvironment
-from dmpo.networks import PolicyParams, init_params, make_networks
-from dmpo.policies.snapshot import SnapshotError, load_policy, save_policy
-from dmpo.types import make_environment_spec
+from dmpo.envs import FakeEnvironment, make_environment_spec
 
 CONFIG = NetworkConfig(policy_layer_sizes=(8, 8), critic_layer_sizes=(8,), num_atoms=5, init_scale=0.4)
 

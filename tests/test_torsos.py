@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dmpo.networks.torsos import DrQTorso, ImpalaTorso, ResidualBlock, to_unit_interval
+from dmpo.agent.networks.torsos import DrQTorso, ImpalaTorso, ResidualBlock, to_unit_interval
 
 
 def _images(shape, seed=0):

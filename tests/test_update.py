@@ -16,11 +16,11 @@ import pytest
 from dm_env import specs
 
 import dmpo
+from dmpo.agent.distributions import gaussian_sample
+from dmpo.agent.learning import compute_losses, init_training_state, make_update_fn, step_keys, update_targets
+from dmpo.agent.losses import clamp_duals
+from dmpo.agent.networks import make_networks
 from dmpo.config import LearnerConfig, NetworkConfig
-from dmpo.distributions import gaussian_sample
-from dmpo.learning import compute_losses, init_training_state, make_update_fn, step_keys, update_targets
-from dmpo.losses import clamp_duals
-from dmpo.networks import make_networks
 from dmpo.types import EnvironmentSpec, Transition
 
 B, N, D, OBS = 4, 3, 2, 3
@@ -283,9 +283,9 @@ def test_augmentation_is_applied_inside_the_update(monkeypatch):
         return batch._replace(observation=batch.observation + 1.0,
                               next_observation=batch.next_observation - 1.0)
 
-    fake = types.ModuleType("dmpo.augmentation")
+    fake = types.ModuleType("dmpo.agent.augmentation")
     fake.augment_transition = fake_augment
-    monkeypatch.setitem(sys.modules, "dmpo.augmentation", fake)
+    monkeypatch.setitem(sys.modules, "dmpo.agent.augmentation", fake)
     monkeypatch.setattr(dmpo, "augmentation", fake, raising=False)
     state, batch = init(), make_batch()
     augmented = make_update_fn(NETWORKS, dataclasses.replace(CONFIG, augmentation="image_shift"))

@@ -20,15 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dmpo.agent.learning.critic_support import resolve_support
+from dmpo.agent.learning.support_monitor import ROWS, THRESHOLD, SupportMonitor
+from dmpo.agent.losses import support_edge_mass
 from dmpo.cli.main import main
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import EnvError, TaskFactory, make
 from dmpo.envs.entry_points import load_callable
 from dmpo.envs.registry import PipelineFactory
-from dmpo.learning.critic_support import resolve_support
-from dmpo.learning.support_monitor import ROWS, THRESHOLD, SupportMonitor
 from dmpo.lifecycle.task_setup import prepare_task
-from dmpo.losses import support_edge_mass
 from images import assert_curves_drawn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,7 +200,7 @@ def test_entry_point_trains_evaluates_plots_and_resumes_exactly_from_the_cli(tmp
     assert "critic support auto" not in output  # the recorded numbers are used, nothing re-derived
     assert read_column(split, "environment_loop", "episode_return") == read_column(
         whole, "environment_loop", "episode_return")
-    from dmpo.policies.snapshot import load_policy
+    from dmpo.agent.policies.snapshot import load_policy
 
     for a, b in zip(jax.tree_util.tree_leaves(load_policy(whole).params),
                     jax.tree_util.tree_leaves(load_policy(split).params), strict=True):
@@ -273,7 +273,7 @@ def test_auto_is_a_validated_config_value():
         with pytest.raises(ConfigError, match="NetworkConfig.vmin"):
             NetworkConfig(vmin=bad)
     with pytest.raises(ValueError, match="must be resolved"):
-        from dmpo.networks import make_support
+        from dmpo.agent.networks import make_support
 
         make_support(NetworkConfig(vmax="auto"))
 

@@ -17,16 +17,15 @@ import numpy as np
 import pytest
 
 from acting_reference import REFERENCE_FILE, cpu_model, fake_factory, learner_values, reference_run
-from dmpo.acting import BatchedActor
+from dmpo.agent.acting import BatchedActor
+from dmpo.agent.environment_loop import EnvironmentLoop
+from dmpo.agent.networks import PolicyParams, init_params, make_networks
+from dmpo.agent.vector_loop import VectorEnvironmentLoop
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
-from dmpo.envs import FakeEnvironment
+from dmpo.envs import FakeEnvironment, make_environment_spec
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
-from dmpo.networks import PolicyParams, init_params, make_networks
 from dmpo.replay import NStepTransitionAdder
 from dmpo.reporting.logging import NoOpLogger
-from dmpo.runners.environment_loop import EnvironmentLoop
-from dmpo.runners.vector_loop import VectorEnvironmentLoop
-from dmpo.types import make_environment_spec
 from dmpo.utils.counting import Counter
 
 
@@ -201,7 +200,7 @@ def test_pixel_environments_each_feed_the_frame_deduplicating_table():
 
 
 def test_overlapped_learner_with_four_environments(tmp_path):
-    from dmpo.runners.local import train
+    from dmpo.run.local import train
 
     config = TrainConfig(env="test:fake", steps=300, seed=1, eval_every=0, checkpoint_every=0, num_envs=4,
                          overlap_learner=True, agent=TINY)

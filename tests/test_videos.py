@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dmpo.envs import EnvError, make
-from dmpo.reporting.videos import camera_render_fn, parse_camera, video_path
+from dmpo.lifecycle.videos import camera_render_fn, parse_camera, video_path
 
 
 def test_parse_camera_and_video_names(tmp_path):

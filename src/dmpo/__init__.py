@@ -9,6 +9,7 @@ not pull in JAX:
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -23,29 +24,32 @@ _EXPORTS = {
     "TrainConfig": "dmpo.config",
     "EnvironmentSpec": "dmpo.types",
     "Transition": "dmpo.types",
-    "make_environment_spec": "dmpo.types",
+    "make_environment_spec": "dmpo.envs",
     "make": "dmpo.envs",
-    "EnvironmentLoop": "dmpo.runners.environment_loop",
-    "evaluate": "dmpo.runners.environment_loop",
-    "train": "dmpo.runners.local",
-    "load_policy": "dmpo.policies.snapshot",
-    "save_policy": "dmpo.policies.snapshot",
-    "make_networks": "dmpo.networks",
-    "Learner": "dmpo.learning",
+    "EnvironmentLoop": "dmpo.agent.environment_loop",
+    "evaluate": "dmpo.agent.environment_loop",
+    "train": "dmpo.run.local",
+    "load_policy": "dmpo.agent.policies.snapshot",
+    "save_policy": "dmpo.agent.policies.snapshot",
+    "make_networks": "dmpo.agent.networks",
+    "Learner": "dmpo.agent.learning",
 }
 
-_SUBMODULES = ("callbacks",)  # `dmpo.callbacks.Callback` without an import of its own
 
-__all__ = sorted([*_EXPORTS, *_SUBMODULES])
+# `dmpo.callbacks` is where users import callbacks from (`from dmpo.callbacks import Callback`); the
+# module lives with the rest of a run's parts, in `dmpo.lifecycle`. It imports nothing heavy.
+sys.modules["dmpo.callbacks"] = importlib.import_module("dmpo.lifecycle.callbacks")
+
+__all__ = sorted([*_EXPORTS, "callbacks"])
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"dmpo.{name}")
+    if name == "callbacks":
+        return sys.modules["dmpo.callbacks"]
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'dmpo' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, *_SUBMODULES])
+    return sorted([*globals(), *_EXPORTS, "callbacks"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import dm_env
 from dm_env import specs
 
 NestedArray = Any  # an array or a nest (dict / tuple) of arrays
@@ -46,15 +45,3 @@ class EnvironmentSpec(NamedTuple):
     rewards: specs.Array
     discounts: specs.BoundedArray
     task: Any = None
-
-
-def make_environment_spec(environment: dm_env.Environment) -> EnvironmentSpec:
-    from dmpo.envs.interface import task_interface  # dmpo.envs imports this module
-
-    return EnvironmentSpec(
-        observations=environment.observation_spec(),
-        actions=environment.action_spec(),
-        rewards=environment.reward_spec(),
-        discounts=environment.discount_spec(),
-        task=task_interface(environment),
-    )

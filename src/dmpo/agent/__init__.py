@@ -1,5 +1,19 @@
-"""The single-process DMPO agent (`core`) and its folder format for `DMPO.save` / `DMPO.load` (`files`)."""
+"""The algorithm: the single-process agent (`core.DMPO`), its parts (networks, losses, learning,
+acting, builder), the loops that act in environments, and trained policies outside training
+(`policies`: snapshots, loading, export). Nothing here knows about run folders or Ray.
 
-from dmpo.agent.core import DMPO
+Imported lazily, so that `dmpo.agent.<module>` does not build the whole agent.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["DMPO"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DMPO":
+        return importlib.import_module("dmpo.agent.core").DMPO
+    raise AttributeError(f"module 'dmpo.agent' has no attribute {name!r}")

@@ -29,13 +29,13 @@ from typing import Any
 import dm_env
 import numpy as np
 
+from dmpo.agent.builder import DMPOBuilder, derive_seeds
 from dmpo.agent.files import load_agent, save_agent
-from dmpo.builder import DMPOBuilder, derive_seeds
+from dmpo.agent.learning import BatchSlot
+from dmpo.agent.learning.critic_support import settle_auto_gym
+from dmpo.agent.learning.stepping import SteppingLoop
+from dmpo.agent.networks import DMPONetworks, PolicyParams
 from dmpo.config import DMPOConfig
-from dmpo.learning import BatchSlot
-from dmpo.learning.critic_support import settle_auto_gym
-from dmpo.learning.stepping import SteppingLoop
-from dmpo.networks import DMPONetworks, PolicyParams
 from dmpo.replay import TableClosedError
 from dmpo.types import EnvironmentSpec
 
@@ -58,7 +58,7 @@ class DMPO:
       environment_spec: the environment's specs (actions must be the canonical [-1, 1] box).
       config: every hyper-parameter; defaults are the reference's. A critic support of "auto-gym"
         becomes the reference's [-150, 150] (this agent is not told the task's name); "auto" must be
-        resolved first (`dmpo.learning.critic_support.resolve_support`) or given as numbers.
+        resolved first (`dmpo.agent.learning.critic_support.resolve_support`) or given as numbers.
       networks: custom networks; by default built from `config.networks`.
       seed: seeds parameter init, the learner's and the actor's randomness, and replay sampling.
       logger: receives the learner's metrics after each step.

@@ -22,15 +22,15 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dmpo.agent.policies.snapshot import environment_spec_from_dict, environment_spec_to_dict
 from dmpo.config import DMPOConfig
-from dmpo.lifecycle.directory import load_config, save_config
-from dmpo.policies.snapshot import environment_spec_from_dict, environment_spec_to_dict
+from dmpo.config.files import load_config, save_config
 from dmpo.utils.checkpointing import Checkpointer
 from dmpo.utils.files import atomic_write_text, fsync_directory, make_kept_directory
 
 if TYPE_CHECKING:
     from dmpo.agent.core import DMPO
-    from dmpo.networks import DMPONetworks
+    from dmpo.agent.networks import DMPONetworks
 
 __all__ = ["load_agent", "save_agent"]
 

@@ -47,8 +47,7 @@ def _check_spec_matches(trained: object, environment: object, name: str) -> None
     """The policy was trained on observations and actions of these shapes, or a clear error."""
     import jax
 
-    from dmpo.envs import EnvError
-    from dmpo.types import make_environment_spec
+    from dmpo.envs import EnvError, make_environment_spec
 
     def shapes(spec: object) -> object:
         return jax.tree_util.tree_map(lambda s: tuple(s.shape), spec)
@@ -87,9 +86,9 @@ def evaluate(
         fail(f"--video must name a .mp4 or .gif file, got {str(video)!r}")
     if video is not None:
         _check_output("--video", video)
+    from dmpo.agent.environment_loop import evaluate as run_evaluation
+    from dmpo.agent.policies.snapshot import SnapshotError, load_policy
     from dmpo.envs import EnvError, make
-    from dmpo.policies.snapshot import SnapshotError, load_policy
-    from dmpo.runners.environment_loop import evaluate as run_evaluation
 
     if best:
         if not target.is_dir():
@@ -112,7 +111,7 @@ def evaluate(
         environment = make(name, seed=seed, pixels=bool(meta.get("pixels")),
                            action_repeat=meta.get("action_repeat"), render=video is not None)
         _check_spec_matches(policy.environment_spec, environment, name)
-        from dmpo.reporting.videos import camera_render_fn, parse_camera
+        from dmpo.lifecycle.videos import camera_render_fn, parse_camera
 
         # The environment from `make` maps canonical actions onto the task's bounds itself.
         result = run_evaluation(environment, policy.canonical_action, episodes, video_path=video,
@@ -232,7 +231,7 @@ def export(
       best: export snapshots/best.msgpack (the best-evaluated policy) instead of the latest.
       opset: ONNX opset to write (default: jax2onnx's own); onnx only.
     """
-    from dmpo.policies.export import ExportError, export_policy
+    from dmpo.agent.policies.export import ExportError, export_policy
 
     try:
         path = export_policy(target, output, format, best=best, opset=opset)
@@ -297,7 +296,7 @@ def _run_command(argv: list[str] | None) -> None:
             train_command = functools.partial(train, config=TrainConfig(agent=AGENT_PRESETS[preset]()))
         else:
             train_command = train
-        from dmpo.sweeps.command import split_train_flags, sweep
+        from dmpo.cli.sweep_command import split_train_flags, sweep
 
         args, sweep_train_flags = split_train_flags(args) if args[:1] == ["sweep"] else (args, ())
         commands = {"train": train_command, "eval": evaluate, "plot": plot, "export": export,

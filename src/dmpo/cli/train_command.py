@@ -1,5 +1,5 @@
 """`dmpo train`: the flags, `--resume` and `--preset`, the checks before any work, and the hand-over
-to the single-process trainer (`dmpo.runners.local`) or the distributed program (`dmpo.distributed`).
+to the single-process trainer (`dmpo.run.local`) or the distributed program (`dmpo.distributed`).
 
     dmpo train --env dmc:cartpole-swingup --steps 100000 --seed 0
     dmpo train --resume runs/20261202-120000 --steps 200000   (extend a run)
@@ -145,9 +145,9 @@ def _check_before_training(config: TrainConfig) -> None:
     if config.pixels or config.video_every:
         os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
     if config.video_every:
-        from dmpo.builder import environment_factory
+        from dmpo.agent.builder import environment_factory
         from dmpo.envs import EnvError
-        from dmpo.reporting.videos import check_can_film
+        from dmpo.lifecycle.videos import check_can_film
 
         try:  # e.g. gym classic-control tasks without pygame: said now, not at the first video
             check_can_film(environment_factory(config), config.seed)
@@ -165,7 +165,7 @@ def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress:
         return _train_distributed(config, run_dir, resume=resume, progress=progress,
                                   ray_address=ray_address, resources=resources, keep_ray_logs=keep_ray_logs)
     from dmpo.envs import EnvError
-    from dmpo.runners.local import train as train_locally
+    from dmpo.run.local import train as train_locally
 
     try:
         return train_locally(config, run_dir, resume=resume, progress=progress)

@@ -6,7 +6,7 @@ Entry point (what `dmpo train --actors N` calls)::
                     options=None, ray_address=None, num_cpus=None, progress=True, resume=False,
                     on_poll=None, callbacks=(), keep_ray_logs=False) -> DistributedResult
 
-Every node builds its parts with the one `dmpo.builder.DMPOBuilder` the driver hands it.
+Every node builds its parts with the one `dmpo.agent.builder.DMPOBuilder` the driver hands it.
 
 Modules: `cluster` (local localhost-only cluster or join one), `replay_service` / `replay_client`
 (the table node, the bounded writer and the prefetching sample stream), `counter_service` (shared

@@ -24,7 +24,7 @@ from dmpo.distributed.common import NodeSettings, call_quietly, get_quietly, kil
 from dmpo.distributed.evaluator import make_evaluator_node
 from dmpo.distributed.node_errors import RepeatedFailures, describe, node_error, remote_traceback
 from dmpo.distributed.options import NodeFailure, ProgramOptions
-from dmpo.lifecycle.seeds import ROLE_ACTOR, ROLE_EVALUATOR, node_seed
+from dmpo.utils.seeds import ROLE_ACTOR, ROLE_EVALUATOR, node_seed
 
 
 def warn(line: str) -> None:

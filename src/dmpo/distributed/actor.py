@@ -5,7 +5,7 @@ step → the builder's n-step adder → `BatchedWriter` → `RemoteReplayWriter`
 batch, bounded in flight, so the rate limiter's backpressure stops this loop) → `actor.update()` →
 the variable client, which fetches the learner's target policy every `variable_update_period` steps
 without waiting for it. With `num_envs` = N > 1 the node steps N environments in lockstep
-(`dmpo.runners.vector_loop`): one batched policy call per step, one adder per environment, all into
+(`dmpo.agent.vector_loop`): one batched policy call per step, one adder per environment, all into
 the one writer; environment i is built with `lockstep_env_seeds(seed, N)[i]` (environment 0 with the
 node's seed, as with one environment).
 
@@ -32,7 +32,7 @@ from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_log
 from dmpo.distributed.counter_service import make_child_counter
 from dmpo.distributed.replay_client import RemoteReplayWriter
 from dmpo.distributed.variables import AsyncVariableClient
-from dmpo.lifecycle.seeds import lockstep_env_seeds
+from dmpo.utils.seeds import lockstep_env_seeds
 
 
 class ActorNode:
@@ -41,8 +41,8 @@ class ActorNode:
     def __init__(self, settings: NodeSettings, index: int, seed: int, learner: Any, replay: Any,
                  counter_service: Any, *, persist_logs: bool, insert_batch_size: int = 32,
                  max_inserts_in_flight: int = 2, total_steps: int | None = None) -> None:
+        from dmpo.agent.vector_loop import VectorEnvironmentLoop
         from dmpo.replay import BatchedWriter
-        from dmpo.runners.vector_loop import VectorEnvironmentLoop
 
         builder = settings.builder
         self.index = index

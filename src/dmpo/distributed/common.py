@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from dmpo.builder import DMPOBuilder
+from dmpo.agent.builder import DMPOBuilder
 from dmpo.envs.registry import EnvironmentFactory
 
 # Acting nodes run one small network per step: one XLA thread each keeps N of them from fighting

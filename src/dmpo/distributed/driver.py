@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dmpo.builder import NetworkFactory
-from dmpo.callbacks import Callback
+from dmpo.agent.builder import NetworkFactory
 from dmpo.config import TrainConfig
 from dmpo.distributed.cluster import ray_cluster
 from dmpo.distributed.options import DistributedResult, ProgramOptions
 from dmpo.distributed.program import DistributedProgram
 from dmpo.envs.registry import EnvironmentFactory
+from dmpo.lifecycle.callbacks import Callback
 from dmpo.lifecycle.interrupts import (
     annotate,
     critical,
@@ -64,7 +64,7 @@ def run_distributed(
       progress: show the progress line on the driver.
       resume: continue the run in `run_dir` from its latest checkpoint.
       on_poll: called with the program after every monitoring pass (tools and tests).
-      callbacks: `dmpo.callbacks.Callback`s, called in this process (evaluations, checkpoints, end).
+      callbacks: `dmpo.lifecycle.callbacks.Callback`s, called in this process (evaluations, checkpoints, end).
       keep_ray_logs: keep a private cluster's session files (Ray's logs) after the run; by default its
         `dmpo-ray-*` folder is removed when the cluster stops.
 

@@ -1,4 +1,5 @@
-"""The driver's side of callbacks and experiment trackers in the distributed program (`dmpo.callbacks`,
+"""The driver's side of callbacks and experiment trackers in the distributed program
+(`dmpo.lifecycle.callbacks`,
 `dmpo.reporting.trackers`).
 
 Episodes, evaluations and checkpoints happen in the nodes; the driver learns of them in its
@@ -27,8 +28,8 @@ from typing import Any
 
 import ray
 
-from dmpo.callbacks import Callback, CallbackList, RunEvents, default_callbacks
 from dmpo.distributed.common import get_quietly
+from dmpo.lifecycle.callbacks import Callback, CallbackList, RunEvents, default_callbacks
 
 
 class DriverEvents:

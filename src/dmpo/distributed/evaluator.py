@@ -15,7 +15,7 @@ writes the same row: one per round, `return_mean/std/min/max`, `length_mean` and
 summaries read a distributed run as they read a local one. The driver collects the rows
 (`rows(start)`) and acts on each one in one place (`DistributedProgram._on_evaluation`). The
 parameters each of the last few rounds scored are kept, so that the driver's best-policy callback
-(`dmpo.callbacks`) can have them written as a snapshot (`save_round_policy`).
+(`dmpo.lifecycle.callbacks`) can have them written as a snapshot (`save_round_policy`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class EvaluatorNode:
                         variables: list[Any] | None = None) -> dict[str, Any]:
         """One round; logs its row (the local trainer's columns) and returns it. With `variables`
         (`[ref]`) it scores those and is labelled `env_steps`; otherwise the newest weights."""
-        from dmpo.runners.environment_loop import evaluate
+        from dmpo.agent.environment_loop import evaluate
 
         self._boundary_variables = variables[0] if variables else None
         try:
@@ -135,7 +135,7 @@ class EvaluatorNode:
 
     def save_round_policy(self, index: int, path: str, metadata: dict[str, Any]) -> str | None:
         """Writes the parameters round `index` scored as a policy snapshot; None if no longer kept."""
-        from dmpo.policies.snapshot import save_policy
+        from dmpo.agent.policies.snapshot import save_policy
 
         params = self._round_params.get(index)
         if params is None:
@@ -204,13 +204,13 @@ class EvaluatorNode:
         return self.returns
 
     def _film_if_due(self, env_steps: int | None) -> None:
-        """One more episode of the evaluation policy, filmed (`dmpo.reporting.videos`), at each
+        """One more episode of the evaluation policy, filmed (`dmpo.lifecycle.videos`), at each
         video boundary."""
         if self._next_video is None or env_steps is None or env_steps < self._next_video:
             return
-        from dmpo.builder import next_boundary
-        from dmpo.reporting.videos import camera_render_fn, rendering_factory, video_path
-        from dmpo.runners.environment_loop import evaluate
+        from dmpo.agent.environment_loop import evaluate
+        from dmpo.lifecycle.schedule import next_boundary
+        from dmpo.lifecycle.videos import camera_render_fn, rendering_factory, video_path
 
         self._next_video = next_boundary(env_steps, self._video_every)
         environment = rendering_factory(self._settings.env_factory)(self._seed + self.rounds)

@@ -8,12 +8,13 @@ same lock; it is called once per actor every `variable_update_period` steps, so 
 nothing measurable.
 
 Checkpoints go to `<run_dir>/checkpoints` in the single-process layout (`dmpo.lifecycle.checkpoints`,
-state.json = `dmpo.builder.CheckpointState`, replay contents when `save_replay`). The driver asks
+state.json = `dmpo.lifecycle.checkpoints.CheckpointState`, replay contents when `save_replay`).
+The driver asks
 for them (`save()`) at `checkpoint_every` environment-step boundaries; one more is written when
 `run()` ends. `DMPOConfig.checkpoint=False` writes none. `resume=True` restores the learner state
 and the shared counts from the latest one (the replay node restores the table itself).
 
-The policy snapshot (`<run_dir>/snapshots/policy.msgpack`, `dmpo.policies.snapshot.save_policy`, written
+The policy snapshot (`<run_dir>/snapshots/policy.msgpack`, `dmpo.agent.policies.snapshot.save_policy`, written
 atomically) is also written here, from the learner's target policy, when the driver asks
 (`save_snapshot`: after every evaluation round and at the end), with the local trainer's metadata.
 """
@@ -50,8 +51,8 @@ class LearnerNode:
                  keep_checkpoints: int = 2, save_replay: bool = True, resume: bool = False,
                  replay_restored: bool = False, samples_in_flight: int = 2,
                  publish_interval: float = 0.0) -> None:
-        from dmpo.learning import BatchSlot
-        from dmpo.learning.stepping import SteppingLoop
+        from dmpo.agent.learning import BatchSlot
+        from dmpo.agent.learning.stepping import SteppingLoop
 
         builder = settings.builder
         self._settings = settings
@@ -174,7 +175,7 @@ class LearnerNode:
         action_repeat); the step counts are added here. Returns the file's path."""
         from pathlib import Path
 
-        from dmpo.policies.snapshot import save_policy
+        from dmpo.agent.policies.snapshot import save_policy
 
         with self._lock:
             params = self._learner.policy_params()

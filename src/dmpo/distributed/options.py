@@ -129,6 +129,6 @@ class DistributedResult:
     run_dir: str
     resumed_from: int | None
     stop_reason: str | None = None
-    """Why a callback stopped the run early (`dmpo.callbacks`), else None."""
+    """Why a callback stopped the run early (`dmpo.lifecycle.callbacks`), else None."""
     last_evaluation: dict[str, Any] | None = None
     """The summary of the newest evaluation round the driver saw (`return_mean`, ..., `actor_steps`)."""

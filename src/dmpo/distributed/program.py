@@ -59,8 +59,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from dmpo.builder import DMPOBuilder, NetworkFactory
-from dmpo.callbacks import Callback
+from dmpo.agent.builder import DMPOBuilder, NetworkFactory
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.distributed.acting_nodes import ActingNodes, warn
 from dmpo.distributed.common import NodeSettings, call_quietly, get_quietly, kill
@@ -74,12 +73,13 @@ from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOpti
 from dmpo.distributed.placement import PendingNodes, check_placement, program_demands
 from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
 from dmpo.distributed.run_files import checkpoint_to_resume, open_run_directory, restored_state
+from dmpo.envs import make_environment_spec
 from dmpo.envs.registry import EnvironmentFactory
+from dmpo.lifecycle.callbacks import Callback
 from dmpo.lifecycle.schedule import RunSchedule
-from dmpo.lifecycle.seeds import ROLE_LEARNER, ROLE_REPLAY, node_seed
 from dmpo.lifecycle.status import RunStatus
 from dmpo.lifecycle.task_setup import prepare_task, saved_config
-from dmpo.types import make_environment_spec
+from dmpo.utils.seeds import ROLE_LEARNER, ROLE_REPLAY, node_seed
 
 
 def _check_config(config: TrainConfig, resume: bool) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import ray
 
-from dmpo.builder import DMPOBuilder
+from dmpo.agent.builder import DMPOBuilder
 
 
 @dataclasses.dataclass(frozen=True)

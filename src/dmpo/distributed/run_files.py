@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dmpo.builder import CheckpointState
 from dmpo.config import TrainConfig
 from dmpo.distributed.common import NODE_LOG_STEP_KEYS
-from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints
 from dmpo.lifecycle.directory import RunDirectory
 from dmpo.lifecycle.resume import apply_resume, plan_resume
 from dmpo.reporting.logging import rewind_logs

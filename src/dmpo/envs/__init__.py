@@ -17,6 +17,7 @@ libraries they wrap.)
 
 from dmpo.envs.errors import EnvError
 from dmpo.envs.fakes import FakeEnvironment, ReachTarget
+from dmpo.envs.interface import make_environment_spec
 from dmpo.envs.observations import flatten_observation, flatten_observation_spec
 from dmpo.envs.registry import DEFAULT_TASK, EnvironmentFactory, TaskFactory, available_tasks, make
 
@@ -31,4 +32,5 @@ __all__ = [
     "flatten_observation",
     "flatten_observation_spec",
     "make",
+    "make_environment_spec",
 ]

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TaskInterface", "canonical_to_task", "task_interface"]
+from dmpo.types import EnvironmentSpec
+
+__all__ = ["TaskInterface", "canonical_to_task", "make_environment_spec", "task_interface"]
 
 
 def canonical_to_task(action: Any, low: np.ndarray, high: np.ndarray, dtype: Any) -> np.ndarray:
@@ -103,3 +105,15 @@ def task_interface(environment: Any) -> TaskInterface | None:
         return None
     low, high, dtype = bounds
     return TaskInterface(tuple(low.tolist()), tuple(high.tolist()), np.dtype(dtype).name, repeat, frames)
+
+
+def make_environment_spec(environment: Any) -> EnvironmentSpec:
+    """The spec the agent is built for: observation, action, reward and discount specs of a dm_env
+    environment, and its task interface (`task_interface`: the task's own bounds, for snapshots)."""
+    return EnvironmentSpec(
+        observations=environment.observation_spec(),
+        actions=environment.action_spec(),
+        rewards=environment.reward_spec(),
+        discounts=environment.discount_spec(),
+        task=task_interface(environment),
+    )

@@ -78,14 +78,14 @@ class CheckpointState:
     wall_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        from dmpo.lifecycle.formats import FORMAT_KEY, STATE_FORMAT
+        from dmpo.utils.formats import FORMAT_KEY, STATE_FORMAT
 
         return {FORMAT_KEY: STATE_FORMAT, **dataclasses.asdict(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], *, where: str = "state.json") -> CheckpointState:
-        from dmpo.lifecycle.formats import STATE_FORMAT, check_format
         from dmpo.utils.checkpointing import CheckpointError
+        from dmpo.utils.formats import STATE_FORMAT, check_format
 
         check_format(data, STATE_FORMAT, where, CheckpointError)
         fields = {f.name for f in dataclasses.fields(cls)}

@@ -8,7 +8,7 @@
 2. for the distributed trainer, that the factory can be pickled for the Ray nodes;
 3. one environment built: every space and the first observation checked (`dmpo.envs.checks`), and the
    observation torso checked against the observations (images need a pixel torso);
-4. an 'auto' or 'auto-gym' critic support resolved (`dmpo.learning.critic_support`).
+4. an 'auto' or 'auto-gym' critic support resolved (`dmpo.agent.learning.critic_support`).
 
 All of it happens before a run directory exists or Ray starts, so a bad task costs nothing.
 """
@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from dmpo.agent.learning.critic_support import report, resolve_support
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvError, TaskFactory
 from dmpo.envs.checks import check_agent_can_feed
 from dmpo.envs.registry import PipelineFactory
-from dmpo.learning.critic_support import report, resolve_support
 
 
 def saved_config(run_dir: Any) -> TrainConfig | None:

@@ -203,7 +203,7 @@ def open_tracker(config: Any, run: Any) -> Tracker | None:
     if config.track is None:
         return None
     check_installed(config.track)
-    from dmpo.lifecycle.directory import config_to_dict
+    from dmpo.config.files import config_to_dict
 
     saved = run.info().get("tracker") or {}
     run_id = saved.get("id") if saved.get("kind") == config.track else None

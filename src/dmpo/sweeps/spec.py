@@ -182,8 +182,8 @@ def check_train_flags(flags: Sequence[str], what: str):
     """The TrainConfig `dmpo train FLAGS` would run; a refusal is a SweepSpecError naming `what` and why."""
     import tyro
 
-    from dmpo.cli.flags import flag_message
     from dmpo.config import AGENT_PRESETS, ConfigError, ParsedConfigError, TrainConfig, parsing_flags
+    from dmpo.config.flags import flag_message
 
     flags, preset = list(flags), "fast"
     for at, flag in enumerate(flags):  # `--preset NAME` picks the agent the other flags apply to

@@ -12,11 +12,12 @@ leave every file 0600. `private=True` keeps a file 0600 for what must stay the o
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "current_umask", "fsync_directory",
            "kept_file_mode", "make_kept_directory"]
@@ -93,3 +94,8 @@ def fsync_directory(directory: str | os.PathLike[str]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """`obj` as indented JSON, written atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")

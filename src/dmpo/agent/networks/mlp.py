@@ -1,0 +1,97 @@
+"""Multi-layer perceptrons and the flattening observation network (algorithm.md §4.1).
+
+Inputs may be a single array or a nest of arrays; `batch_concat` turns any nest into one `[B, F]`
+matrix so the layers below never see structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Initializer = Callable[..., jax.Array]
+Activation = Callable[[jax.Array], jax.Array]
+
+LAYER_NORM_EPSILON = 1e-5
+
+# Uniform variance scaling with scale 0.333 over fan_out: U(±sqrt(3 · 0.333 / fan_out)), i.e.
+# U(±sqrt(0.999 / fan_out)) — the reference layer-norm MLP's default weights.
+default_mlp_init: Initializer = nn.initializers.variance_scaling(0.333, "fan_out", "uniform")
+
+
+def batch_concat(inputs: Any) -> jax.Array:
+    """Flattens every leaf to `[B, -1]` and concatenates them along the feature axis.
+
+    Leaves are taken in `jax.tree_util` order, so dict observations are concatenated in sorted-key
+    order. A leaf without a batch axis is an error: the batch size must be explicit.
+    """
+    leaves = jax.tree_util.tree_leaves(inputs)
+    if not leaves:
+        raise ValueError("batch_concat needs at least one array leaf, got an empty nest")
+    # np.shape, not jnp.shape: shapes are static here, and jax2onnx (dmpo.agent.policies.export)
+    # turns jnp.shape
+    # into a traced array while it converts, which a Python `!=` cannot branch on.
+    batch = np.shape(leaves[0])[0] if np.ndim(leaves[0]) > 0 else None
+    for leaf in leaves:
+        if np.ndim(leaf) == 0 or np.shape(leaf)[0] != batch:
+            raise ValueError("every input leaf must share the leading batch axis "
+                             f"B={batch}, got shapes {[np.shape(x) for x in leaves]}")
+    return jnp.concatenate([jnp.reshape(leaf, (batch, -1)) for leaf in leaves], axis=-1)
+
+
+class BatchFlatten(nn.Module):
+    """The control-suite observation network: `batch_concat`, no parameters.
+
+    Being a module keeps the parameter trees of every observation network alike (its variables are
+    simply an empty dict).
+    """
+
+    @nn.compact
+    def __call__(self, observation: Any) -> jax.Array:
+        return batch_concat(observation)
+
+
+class LayerNormMLP(nn.Module):
+    """`Dense(sizes[0]) → LayerNorm → tanh`, then a plain MLP over `sizes[1:]`.
+
+    `activation` is applied between the later layers and after the last one iff `activate_final`;
+    with a single size the output is the (bounded) tanh output.
+    """
+
+    layer_sizes: Sequence[int]
+    activation: Activation = nn.elu
+    activate_final: bool = False
+    kernel_init: Initializer = default_mlp_init
+
+    @nn.compact
+    def __call__(self, inputs: Any) -> jax.Array:
+        if not self.layer_sizes:
+            raise ValueError("LayerNormMLP.layer_sizes must name at least one layer")
+        x = nn.Dense(self.layer_sizes[0], kernel_init=self.kernel_init)(batch_concat(inputs))
+        x = jnp.tanh(nn.LayerNorm(epsilon=LAYER_NORM_EPSILON)(x))
+        return MLP(tuple(self.layer_sizes[1:]), activation=self.activation,
+                   activate_final=self.activate_final, kernel_init=self.kernel_init)(x)
+
+
+class MLP(nn.Module):
+    """Plain stack of dense layers with `activation` between them (and after the last iff
+    `activate_final`). An empty `layer_sizes` is the identity."""
+
+    layer_sizes: Sequence[int]
+    activation: Activation = nn.elu
+    activate_final: bool = False
+    kernel_init: Initializer = default_mlp_init
+
+    @nn.compact
+    def __call__(self, inputs: Any) -> jax.Array:
+        x = batch_concat(inputs)
+        for index, size in enumerate(self.layer_sizes):
+            x = nn.Dense(size, kernel_init=self.kernel_init)(x)
+            if index < len(self.layer_sizes) - 1 or self.activate_final:
+                x = self.activation(x)
+        return x

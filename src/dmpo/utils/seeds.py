@@ -1,0 +1,43 @@
+"""Every seed of a run, derived from `TrainConfig.seed` in one place, for both modes.
+
+One process: the training environments are re-created at every segment between checkpoints from
+`segment_seed(seed, episode index, environment index)` (exact resume, `dmpo.run.local`), and
+evaluation round k uses `evaluation_seed(seed, k)`, so evaluation episodes never share seeds with
+training episodes. Distributed: each node gets `node_seed(seed, role, index, generation)`, distinct
+per role, index and restart generation (a replaced actor acts differently from the one it replaces);
+a node stepping N lockstep environments seeds environment i with `lockstep_env_seeds(node seed, N)[i]`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ROLE_ACTOR", "ROLE_EVALUATOR", "ROLE_LEARNER", "ROLE_REPLAY", "evaluation_seed",
+           "lockstep_env_seeds", "node_seed", "segment_seed"]
+
+EVALUATION_SEED_OFFSET = 1_000_003
+ROLE_ACTOR, ROLE_EVALUATOR, ROLE_LEARNER, ROLE_REPLAY = 1, 2, 3, 4
+
+
+def segment_seed(seed: int, episode_index: int, env_index: int = 0) -> int:
+    """Environment seed for the segment that starts at `episode_index`; lockstep environment
+    `env_index` > 0 gets `SeedSequence([seed, episode_index, env_index])`'s, environment 0 the
+    single-environment seed."""
+    entropy = [seed, episode_index] if env_index == 0 else [seed, episode_index, env_index]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def evaluation_seed(seed: int, round_index: int) -> int:
+    """The environment seed of evaluation round `round_index` in one process."""
+    return segment_seed(seed + EVALUATION_SEED_OFFSET, round_index)
+
+
+def node_seed(base: int, role: int, index: int = 0, generation: int = 0) -> int:
+    """Distinct seeds per node role, index and restart generation."""
+    return int(base) + 1_000_003 * role + 10_007 * index + 101 * generation
+
+
+def lockstep_env_seeds(seed: int, num_envs: int) -> list[int]:
+    """Seeds of `num_envs` lockstep environments from one seed: environment 0 keeps `seed` (so one
+    environment is built exactly as a single one), environment i > 0 gets `SeedSequence([seed, i])`'s."""
+    return [seed] + [int(np.random.SeedSequence([seed, i]).generate_state(1)[0]) for i in range(1, num_envs)]
