@@ -24,6 +24,7 @@ train: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports --no-cache
 
 # The documentation site (mkdocs.yml, docs/): --strict fails on a broken link, a missing page or a
 # docstring reference mkdocstrings cannot resolve. Output in site/ (ignored by git). Not --quiet: with
