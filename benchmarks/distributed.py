@@ -34,6 +34,7 @@ import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -44,9 +45,10 @@ import ray  # noqa: E402
 from dmpo.agent.builder import DMPOBuilder  # noqa: E402
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
 from dmpo.distributed import DistributedProgram, ProgramOptions, start_local_cluster  # noqa: E402
-from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
-from dmpo.distributed.variables import VariablePublisher  # noqa: E402
 from dmpo.replay import MinSize, transition_signature  # noqa: E402
+from dmpo.run.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
+from dmpo.run.distributed.variables import VariablePublisher  # noqa: E402
+from dmpo.run.run import Run  # noqa: E402
 
 EPISODE_STEPS = 1000  # control-suite episodes (the benchmark's tasks)
 SMALL = DMPOConfig(
@@ -109,10 +111,12 @@ def measure_throughput(env: str, num_actors: int, limiter: str, seconds: float,
     config = agent_config(size)
     config = config if limiter == "ratio" else dataclasses.replace(config, samples_per_insert=None)
     options = ProgramOptions(variable_update_period=1000, log_time_delta=10.0)
-    run = TrainConfig(env=env, steps=10**9, actors=num_actors, eval_every=0, checkpoint_every=0, seed=0,
-                      agent=dataclasses.replace(config, checkpoint=False))
+    train = TrainConfig(env=env, steps=10**9, actors=num_actors, eval_every=0, checkpoint_every=0, seed=0,
+                        agent=dataclasses.replace(config, checkpoint=False))
     with tempfile.TemporaryDirectory() as run_dir:
-        program = DistributedProgram(run, run_dir=run_dir, options=options)
+        run = Run(train, Path(run_dir) / "run", progress=False, quiet=True)
+        run.open()  # the run's folder and lock; the program is driven here, pass by pass
+        program = DistributedProgram(run, options=options)
         program.start()
         try:
             deadline = time.monotonic() + 600
@@ -128,6 +132,7 @@ def measure_throughput(env: str, num_actors: int, limiter: str, seconds: float,
             elapsed = time.monotonic() - t0
         finally:
             program.stop()
+            run.close()
     # Actors count their steps at episode ends (1000 steps here); the replay's insert count moves with
     # every step (an episode of T steps inserts T + n − 1 items), so it measures the step rate.
     env_steps = (r1.inserts - r0.inserts) * EPISODE_STEPS / (EPISODE_STEPS + config.n_step - 1)

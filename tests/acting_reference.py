@@ -93,7 +93,7 @@ def checkpoint_digest(checkpoint: Path, config: TrainConfig) -> dict[str, Any]:
 
 
 def reference_run(directory: Path, **overrides: Any) -> dict[str, Any]:
-    from dmpo.run.local import train
+    from dmpo.run.run import train
 
     config = reference_config(**overrides)
     train(config, directory, env_factory=fake_factory, progress=False, quiet=True)

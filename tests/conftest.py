@@ -68,14 +68,14 @@ class _SharedRayCluster:
     def get(self):
         import ray
 
-        from dmpo.distributed.cluster import start_local_cluster
+        from dmpo.run.distributed.cluster import start_local_cluster
 
         if self.info is None or not ray.is_initialized():
             self.info = start_local_cluster(num_cpus=2)
         return self.info
 
     def stop(self) -> None:
-        from dmpo.distributed.cluster import stop_local_cluster
+        from dmpo.run.distributed.cluster import stop_local_cluster
 
         if self.info is not None:
             self.info = None
@@ -87,7 +87,7 @@ _SHARED_RAY = _SharedRayCluster()
 
 @pytest.fixture
 def shared_ray_cluster():
-    """A private local Ray cluster (2 CPUs, `dmpo.distributed.start_local_cluster`) in this process,
+    """A private local Ray cluster (2 CPUs, `dmpo.run.distributed.start_local_cluster`) in this process,
     shared by consecutive tests that ask for it: the first starts it (10-40 s on a loaded 2-core
     machine), and it stops after the last test of a run of such tests (at the end of that test's
     module), so the tests after them see no Ray in this process, as they would without it.

@@ -14,7 +14,7 @@ from dmpo.agent.environment_loop import EnvironmentLoop
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import FakeEnvironment, ReachTarget, make_environment_spec
 from dmpo.reporting.logging import NoOpLogger
-from dmpo.run.local import train
+from dmpo.run.run import train
 from dmpo.utils.counting import Counter
 
 TINY_NETWORKS = NetworkConfig(policy_layer_sizes=(16,), critic_layer_sizes=(16,), vmin=-10.0, vmax=10.0,

@@ -18,6 +18,7 @@ from dmpo.envs.registry import PipelineFactory
 from dmpo.lifecycle.checkpoints import CheckpointState
 from dmpo.lifecycle.schedule import next_boundary
 from dmpo.replay import FrameStackTable, MinSize, SampleToInsertRatio, Table
+from dmpo.run.run import Run
 
 TINY = DMPOConfig(batch_size=8, min_replay_size=16, max_replay_size=200, samples_per_insert=4.0, n_step=3,
                   learner=LearnerConfig(num_samples=2, discount=0.97),
@@ -60,9 +61,13 @@ def test_local_agent_and_distributed_program_build_the_same_parts(tmp_path, obse
                                                                               observation_network="drq"))
     config = TrainConfig(env="test:fake", steps=100, overlap_learner=overlap, agent=agent_config)
     agent = DMPO(make_environment_spec(factory(0)), config.agent, seed=0, overlap_learner=overlap)
-    program = DistributedProgram(dataclasses.replace(config, actors=2, overlap_learner=False),
-                                 run_dir=tmp_path / "run", env_factory=factory)  # starts no node
-    remote = program.builder
+    run = Run(dataclasses.replace(config, actors=2, overlap_learner=False), tmp_path / "run",
+              env_factory=factory)
+    run.open()
+    try:
+        remote = DistributedProgram(run).builder  # starts no node
+    finally:
+        run.close()
     assert remote.config == agent.builder.config
     remote_table = remote.make_table(remote.make_rate_limiter("ratio"), seed=0)
     assert type(agent.table) is type(remote_table) is table_class
@@ -136,7 +141,7 @@ def test_run_config_fields_a_mode_cannot_honour_fail_at_start(tmp_path):
     assert TrainConfig(actors=2, agent=no_ratio).agent.samples_per_insert is None
     with pytest.raises(ValueError, match="samples_per_insert must be a number"):
         DMPO(make_environment_spec(FACTORIES["states"](0)), no_ratio)
-    from dmpo.run.local import train
+    from dmpo.run.run import train
 
     no_checkpoints = TrainConfig(env="test:fake", agent=dataclasses.replace(TINY, checkpoint=False))
     with pytest.raises(ConfigError, match="checkpoint"):

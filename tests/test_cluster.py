@@ -1,4 +1,4 @@
-"""The private Ray cluster (dmpo.distributed.cluster): every listening socket is on the loopback
+"""The private Ray cluster (dmpo.run.distributed.cluster): every listening socket is on the loopback
 interface, and Ray's token authentication is on, so other users of the machine cannot connect."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
-from dmpo.distributed.cluster import start_local_cluster, stop_local_cluster  # noqa: E402
+from dmpo.run.distributed.cluster import start_local_cluster, stop_local_cluster  # noqa: E402
 from private_folders import open_to_others  # noqa: E402
 
 pytestmark = pytest.mark.ray

@@ -1,6 +1,6 @@
 """Operating the distributed program on a Ray cluster, without starting one: the placement check
 before any node starts, the waiting-node report, what a node's error says and when a failing node is
-not restarted (dmpo.distributed.placement, dmpo.distributed.node_errors)."""
+not restarted (dmpo.run.distributed.placement, dmpo.run.distributed.node_errors)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from dmpo.distributed import ray_internals  # noqa: E402
-from dmpo.distributed.node_errors import RepeatedFailures, describe, is_transient, node_error  # noqa: E402
-from dmpo.distributed.options import ProgramOptions  # noqa: E402
-from dmpo.distributed.placement import (  # noqa: E402
+from dmpo.envs import EnvError  # noqa: E402
+from dmpo.run.distributed import ray_internals  # noqa: E402
+from dmpo.run.distributed.node_errors import RepeatedFailures, describe, is_transient, node_error  # noqa: E402
+from dmpo.run.distributed.options import ProgramOptions  # noqa: E402
+from dmpo.run.distributed.placement import (  # noqa: E402
     NodeDemand,
     PendingNodes,
     PlacementError,
     check_placement,
     program_demands,
 )
-from dmpo.envs import EnvError  # noqa: E402
 
 NAN_MESSAGE = "gym:x: step 50 of episode 0: the reward is not finite: nan"
 

@@ -47,10 +47,6 @@ from dmpo.distributed import (  # noqa: E402
     ProgramOptions,
     run_distributed,
 )
-from dmpo.distributed.counter_service import RemoteCounterService, make_child_counter  # noqa: E402
-from dmpo.distributed.replay_client import RemoteReplayWriter, RemoteTableSampler  # noqa: E402
-from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
-from dmpo.distributed.variables import AsyncVariableClient, VariablePublisher  # noqa: E402
 from dmpo.envs import make_environment_spec  # noqa: E402
 from dmpo.envs.fakes import FakeEnvironment  # noqa: E402
 from dmpo.lifecycle.checkpoints import (
@@ -58,6 +54,11 @@ from dmpo.lifecycle.checkpoints import (
     TrainingCheckpoints,  # noqa: E402
 )
 from dmpo.replay import MinSize, SampleToInsertRatio, Table, transition_signature  # noqa: E402
+from dmpo.run.distributed.counter_service import RemoteCounterService, make_child_counter  # noqa: E402
+from dmpo.run.distributed.replay_client import RemoteReplayWriter, RemoteTableSampler  # noqa: E402
+from dmpo.run.distributed.replay_service import ReplayServiceConfig, make_replay_service  # noqa: E402
+from dmpo.run.distributed.variables import AsyncVariableClient, VariablePublisher  # noqa: E402
+from dmpo.run.run import ClusterSettings, Run  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -336,37 +337,47 @@ def test_child_counters_in_other_processes_add_up_and_restore_adds(cluster):
 # ------------------------------------------------------------------------------------- the program
 
 
+def open_program(config, run_dir, *, env_factory=fake_environment, options=None, resume=False):
+    """A program of an opened `Run` (the run's folder, lock, resume rules), started by the caller."""
+    run = Run(config, run_dir, resume=resume, env_factory=env_factory, progress=False,
+              cluster=ClusterSettings(options=options))
+    run.open()
+    try:
+        return DistributedProgram(run)
+    except BaseException:
+        run.close()
+        raise
+
+
 def test_bad_arguments_fail_before_any_node_starts(tmp_path):
     with pytest.raises(ValueError, match="evaluator_period_seconds"):
         ProgramOptions(evaluator_period_seconds=-1.0)
     with pytest.raises(TypeError, match="TrainConfig"):
-        DistributedProgram(TINY, run_dir=tmp_path / "a", env_factory=fake_environment)
+        open_program(TINY, tmp_path / "a")
     with pytest.raises(ConfigError, match="actors"):
-        DistributedProgram(train_config(actors=0), run_dir=tmp_path / "a", env_factory=fake_environment)
+        DistributedProgram(Run(train_config(actors=0), tmp_path / "a", env_factory=fake_environment))
     with pytest.raises(ConfigError, match="overlap_learner"):
         train_config(overlap_learner=True)
     # One learner call runs sgd_steps_per_call updates: a budget between two calls could not be exact.
     four_per_call = dataclasses.replace(TINY, learner=dataclasses.replace(TINY.learner, sgd_steps_per_call=4))
     with pytest.raises(ConfigError, match="max_learner_steps must be a multiple of.*sgd_steps_per_call"):
-        DistributedProgram(train_config(agent=four_per_call), run_dir=tmp_path / "a",
-                           env_factory=fake_environment, options=options(max_learner_steps=10))
+        open_program(train_config(agent=four_per_call), tmp_path / "c", options=options(max_learner_steps=10))
     for bad in ({"CPU": 1}, {"worker": -1}, ["worker"], {"worker": True}):
         with pytest.raises(ValueError, match="actor_resources"):
             options(actor_resources=bad)
     with pytest.raises(ConfigError, match="checkpoint"):
-        DistributedProgram(train_config(agent=dataclasses.replace(TINY, checkpoint=False)),
-                           run_dir=tmp_path / "a", env_factory=fake_environment, resume=True)
+        open_program(train_config(agent=dataclasses.replace(TINY, checkpoint=False)), tmp_path / "a",
+                     resume=True)
     with pytest.raises(FileNotFoundError, match="cannot resume"):
-        DistributedProgram(train_config(), run_dir=tmp_path / "missing", env_factory=fake_environment,
-                           resume=True)
+        open_program(train_config(), tmp_path / "missing", resume=True)
     with pytest.raises(Exception, match="unknown environment name"):
-        DistributedProgram(train_config(env="nope:nothing"), run_dir=tmp_path / "b")
+        open_program(train_config(env="nope:nothing"), tmp_path / "b", env_factory=None)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     old = tmp_path / "old"
     (old / "checkpoints" / "step_000000000100").mkdir(parents=True)
     (old / "checkpoints" / "step_000000000100" / "state.json").write_text("{}")
-    with pytest.raises(FileExistsError, match="resume=True"):
-        DistributedProgram(train_config(), run_dir=old, env_factory=fake_environment)
+    with pytest.raises(FileExistsError, match="--resume"):
+        open_program(train_config(), old)
 
 
 def read_csv(path):
@@ -415,8 +426,7 @@ def poll_until(program: DistributedProgram, condition, what: str):
 def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(cluster, tmp_path):
     run_dir = tmp_path / "run"
     limiter = fake_builder().make_rate_limiter("ratio")
-    program = DistributedProgram(train_config(), run_dir=run_dir, env_factory=fake_environment,
-                                 options=options())
+    program = open_program(train_config(), run_dir, options=options())
     program.start()
     try:
         poll_until(program, lambda: program.counts.get("learner_steps", 0) >= 10, "10 learner steps")
@@ -453,6 +463,7 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
             wait_for(lambda: program.poll() and False, "the learner failure to be noticed", timeout=60)
     finally:
         program.stop("failed")
+        program.run.close()
     for handle in (program.learner, program.replay, program.counter, *program.actor_handles):
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(handle.ping.remote(), timeout=30)
@@ -506,8 +517,8 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
     # and each node reports what it built, which must be what the single-process agent builds.
     latest = TrainingCheckpoints(run_dir / "checkpoints").latest()
     final = json.loads((latest / "state.json").read_text())
-    program = DistributedProgram(train_config(), run_dir=run_dir, env_factory=fake_environment, resume=True,
-                                 options=options(max_learner_steps=final["learner_steps"]))
+    program = open_program(train_config(), run_dir, resume=True,
+                           options=options(max_learner_steps=final["learner_steps"]))
     program.start()
     try:
         restored = ray.get(program.learner.learner_state.remote(), timeout=DEADLINE)
@@ -516,6 +527,7 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
         learner = ray.get(program.learner.describe.remote(), timeout=DEADLINE)
     finally:
         program.stop()
+        program.run.close()
     checkpointed, _, _ = TrainingCheckpoints.load(latest, local.learner.save_state())
     assert int(restored.steps) == final["learner_steps"] == int(checkpointed.steps)
     assert_trees_equal(restored, checkpointed)  # params, optimiser states, duals, step, key

@@ -11,9 +11,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig  # noqa: E402
 from dmpo.distributed import run_distributed  # noqa: E402
-from dmpo.distributed.options import ProgramOptions  # noqa: E402
 from dmpo.envs import TaskFactory  # noqa: E402
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints  # noqa: E402
+from dmpo.run.distributed.options import ProgramOptions  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

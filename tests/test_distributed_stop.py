@@ -13,12 +13,12 @@ import pytest
 pytest.importorskip("ray")
 
 from dmpo.config import TrainConfig  # noqa: E402
-from dmpo.distributed import acting_nodes as acting_nodes_module  # noqa: E402
-from dmpo.distributed import program as program_module  # noqa: E402
-from dmpo.distributed.acting_nodes import ActingNodes  # noqa: E402
-from dmpo.distributed.evaluations import EvaluationRounds  # noqa: E402
-from dmpo.distributed.options import ProgramOptions  # noqa: E402
-from dmpo.distributed.program import DistributedProgram  # noqa: E402
+from dmpo.run.distributed import acting_nodes as acting_nodes_module  # noqa: E402
+from dmpo.run.distributed import program as program_module  # noqa: E402
+from dmpo.run.distributed.acting_nodes import ActingNodes  # noqa: E402
+from dmpo.run.distributed.evaluations import EvaluationRounds  # noqa: E402
+from dmpo.run.distributed.options import ProgramOptions  # noqa: E402
+from dmpo.run.distributed.program import DistributedProgram  # noqa: E402
 
 
 class Clock:
@@ -87,8 +87,9 @@ def silent_program(monkeypatch, tmp_path: Path, actors: int) -> tuple[Distribute
     program.__dict__.update(
         config=config, options=options, run_dir=tmp_path, nodes=nodes, rounds=rounds,
         learner=Node("learner", calls), counter=Node("counter", calls), replay=Node("replay", calls),
-        _learner_ref="learner.run-ref", _learner_result=None, _save_ref=None, _snapshot_ref=None, _run=None,
-        events=Events(), counts={}, evaluation_rows=[], replay_history=[], _started_at=None, status=None,
+        _learner_ref="learner.run-ref", _learner_result=None, _save_ref=None, _snapshot_ref=None,
+        run=types.SimpleNamespace(snapshot_metadata=lambda **counts: {}),
+        events=Events(), counts={}, evaluation_rows=[], replay_history=[], _started_at=None,
         _due_ref=None, episode_returns=[])
     return program, calls, clock
 

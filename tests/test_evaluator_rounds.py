@@ -14,31 +14,31 @@ import types
 
 import pytest
 
-from dmpo.distributed.evaluator import RoundRequests
+from dmpo.run.distributed.evaluator import Round, RoundRequests
 
 
 def test_rounds_start_in_the_order_the_driver_numbered_them_whatever_order_they_arrive_in():
     rounds = RoundRequests()
-    rounds.add(0, 500, [])
-    assert rounds.pop_next() == (500, [])
-    rounds.add(2, 1500, ["final"])  # arrives first
+    rounds.add(0, Round(500))
+    assert rounds.pop_next() == Round(500)
+    rounds.add(2, Round(1500, ("final",), index=2, film=True))  # arrives first
     assert rounds.pop_next() is None  # round 1 was asked for before it: wait for it
-    rounds.add(1, 1000, ["boundary"])
+    rounds.add(1, Round(1000, ("boundary",), index=1))
     assert [rounds.pop_next(), rounds.pop_next(), rounds.pop_next()] == [
-        (1000, ["boundary"]), (1500, ["final"]), None]
+        Round(1000, ("boundary",), index=1), Round(1500, ("final",), index=2, film=True), None]
     assert (rounds.received, rounds.started) == (3, 3)
 
 
 def test_unnumbered_requests_keep_their_arrival_order_and_a_number_is_used_once():
     rounds = RoundRequests()
-    rounds.add(None, 10, [])
-    rounds.add(None, 20, [])
-    assert [rounds.pop_next(), rounds.pop_next()] == [(10, []), (20, [])]
+    rounds.add(None, Round(10))
+    rounds.add(None, Round(20))
+    assert [rounds.pop_next(), rounds.pop_next()] == [Round(10), Round(20)]
     with pytest.raises(ValueError, match="number 1 was already given"):
-        rounds.add(1, 30, [])
-    rounds.add(2, 30, [])
+        rounds.add(1, Round(30))
+    rounds.add(2, Round(30))
     with pytest.raises(ValueError, match="number 2 was already given"):
-        rounds.add(2, 40, [])
+        rounds.add(2, Round(40))
 
 
 # ---- the driver's side: `evaluations.EvaluationRounds` sends the rounds one at a time -------------------
@@ -48,11 +48,16 @@ class FakeEvaluator:
 
     def __init__(self) -> None:
         self.requests: list[tuple[int, list, int]] = []
+        self.seeds_and_films: list[tuple[int, bool]] = []  # each request's index in the run, and `film`
         self.finished_after: int | None = None
         self.logged: list[dict] = []
-        self.request = types.SimpleNamespace(remote=lambda *args: self.requests.append(args))
+        self.request = types.SimpleNamespace(remote=self._request)
         self.finish = types.SimpleNamespace(remote=lambda count: setattr(self, "finished_after", count))
         self.rows = types.SimpleNamespace(remote=lambda start: ("rows", tuple(self.logged[start:])))
+
+    def _request(self, *args, index: int, film: bool) -> None:
+        self.requests.append(args)
+        self.seeds_and_films.append((index, film))
 
     def log(self, steps: int) -> None:
         self.logged.append({"env_steps": steps})
@@ -72,7 +77,7 @@ class AnsweringRay:
 
 @pytest.fixture
 def driver_rounds(monkeypatch):
-    from dmpo.distributed import evaluations
+    from dmpo.run.distributed import evaluations
 
     monkeypatch.setattr(evaluations, "ray", AnsweringRay)
     handled: list[tuple[int, int]] = []
@@ -138,3 +143,15 @@ def test_a_replacement_evaluator_numbers_its_requests_and_rows_from_zero(driver_
     rounds.rows.poll()
     rounds.rows.poll()
     assert handled == [(0, 2000)]
+
+
+def test_each_round_carries_its_index_in_the_run_and_whether_it_is_filmed(driver_rounds):
+    """The index seeds the round's environment (`evaluation_seed(seed, index)`, as one process seeds
+    its evaluation number `index`): a resumed run (4 rounds before) goes on at 4, 5, ..."""
+    rounds, evaluator, _, _ = driver_rounds
+    rounds.request(100)
+    evaluator.log(100)
+    rounds.rows.poll()
+    rounds.request(200, film=True)
+    assert evaluator.seeds_and_films == [(4, False), (5, True)]
+    assert rounds.count == 6

@@ -108,7 +108,7 @@ def test_export_of_a_trained_run_reproduces_its_policy(tmp_path):
     """A real (tiny) training run's snapshot, as the trainer writes it, exported and run in onnxruntime."""
     from dmpo.config import DMPOConfig, LearnerConfig, TrainConfig
     from dmpo.envs import FakeEnvironment
-    from dmpo.run.local import train
+    from dmpo.run.run import train
 
     shape = {"velocity": (3,), "position": (2,)}
     env_factory = lambda seed: FakeEnvironment(observation_shape=shape, action_dim=2,  # noqa: E731

@@ -1,4 +1,4 @@
-"""Every private Ray name dmpo uses (dmpo.distributed.ray_internals) still exists in the installed Ray:
+"""Every private Ray name dmpo uses (dmpo.run.distributed.ray_internals) still exists in the installed Ray:
 a Ray release that moves one fails here, naming it, instead of deep inside a cluster start."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from dmpo.distributed import ray_internals  # noqa: E402
+from dmpo.run.distributed import ray_internals  # noqa: E402
 
 
 @pytest.mark.parametrize("module, attribute", ray_internals.PRIVATE_NAMES)
@@ -19,7 +19,7 @@ def test_private_ray_name_exists(module, attribute):
     found = importlib.import_module(module)
     for part in attribute.split("."):
         assert hasattr(found, part), (f"Ray {ray.__version__} has no {module}.{attribute}, which "
-                                      "dmpo.distributed.ray_internals uses: adapt that module")
+                                      "dmpo.run.distributed.ray_internals uses: adapt that module")
         found = getattr(found, part)
 
 

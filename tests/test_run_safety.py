@@ -195,8 +195,9 @@ def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_
     import dataclasses
     import errno
 
-    from dmpo.agent.environment_loop import local
     from dmpo.envs import FakeEnvironment
+    from dmpo.run import local
+    from dmpo.run.run import train
     from test_agent import reach_config, tiny_config
 
     def full_disk(self, step, *args, **kwargs):
@@ -206,11 +207,11 @@ def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_
         raise Interrupted(signal.SIGTERM)
 
     monkeypatch.setattr(TrainingCheckpoints, "save", full_disk)
-    monkeypatch.setattr(local.LocalTrainer, "_run_segment", interrupted_segment)
+    monkeypatch.setattr(local.LocalExecutor, "_run_segment", interrupted_segment)
     config = dataclasses.replace(reach_config(100), checkpoint_every=50, agent=tiny_config())
     factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10)  # noqa: E731
     with pytest.raises(OSError, match="No space left on device"):
-        local.train(config, tmp_path / "run", env_factory=factory, progress=False, quiet=True)
+        train(config, tmp_path / "run", env_factory=factory, progress=False, quiet=True)
     info = RunDirectory(tmp_path / "run").info()
     assert info["status"] == "failed", info
     assert info["status_reason"].startswith("OSError: [Errno 28] No space left on device"), info
@@ -222,25 +223,26 @@ def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_
 def test_a_run_interrupted_before_its_first_checkpoint_resumes_from_step_zero(tmp_path, monkeypatch):
     import dataclasses
 
-    from dmpo.agent.environment_loop import local
     from dmpo.envs import FakeEnvironment
+    from dmpo.run import local
+    from dmpo.run.run import train
     from test_agent import reach_config, tiny_config
 
     config = dataclasses.replace(reach_config(60), eval_every=30, agent=tiny_config())
     factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10)  # noqa: E731
-    real_init = local.LocalTrainer.__init__
+    real_init = local.LocalExecutor.__init__
 
     def interrupted_while_starting(self, *args, **kwargs):
         raise Interrupted(signal.SIGTERM)  # e.g. while JAX starts: the run folder exists, no checkpoint
 
-    monkeypatch.setattr(local.LocalTrainer, "__init__", interrupted_while_starting)
+    monkeypatch.setattr(local.LocalExecutor, "__init__", interrupted_while_starting)
     with pytest.raises(Interrupted):
-        local.train(config, tmp_path / "run", env_factory=factory, progress=False, quiet=True)
+        train(config, tmp_path / "run", env_factory=factory, progress=False, quiet=True)
     run = RunDirectory(tmp_path / "run")
     assert run.info()["status"] == "interrupted" and not any(run.checkpoints_dir.iterdir())
 
-    monkeypatch.setattr(local.LocalTrainer, "__init__", real_init)
-    summary = local.train(config, run.path, resume=True, env_factory=factory, progress=False, quiet=True)
+    monkeypatch.setattr(local.LocalExecutor, "__init__", real_init)
+    summary = train(config, run.path, resume=True, env_factory=factory, progress=False, quiet=True)
     assert summary["env_steps"] == 60
     info = run.info()
     assert info["status"] == "finished" and len(info["resumes"]) == 1

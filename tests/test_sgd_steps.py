@@ -163,7 +163,7 @@ def test_metrics_are_fetched_only_for_rows_the_logger_writes(monkeypatch):
 def test_the_learner_node_logger_fetches_only_the_rows_it_writes(tmp_path, monkeypatch):
     """The logger the distributed learner node builds (10 s rows) fetched all 20 steps' metrics when
     its count-filling wrapper hid `will_write`; it must fetch one, as the local logger does."""
-    from dmpo.distributed.common import make_node_logger
+    from dmpo.run.distributed.common import make_node_logger
 
     logger = make_node_logger("learner", str(tmp_path), time_delta=10.0)
     learner = Learner(NETWORKS, SPEC, CONFIG, batches(20), seed=2, logger=logger,
@@ -180,19 +180,21 @@ def test_the_local_trainer_fetches_only_the_rows_its_learner_log_holds(tmp_path)
     import csv
 
     from dmpo.config import TrainConfig
-    from dmpo.lifecycle.directory import RunDirectory
-    from dmpo.run.local import LocalTrainer
+    from dmpo.run.local import LocalExecutor
+    from dmpo.run.run import Run
 
     agent = DMPOConfig(batch_size=8, min_replay_size=16, max_replay_size=500, samples_per_insert=8.0,
                        n_step=2,
                        learner=LearnerConfig(num_samples=2),
                        networks=NetworkConfig(policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5))
     config = TrainConfig(env="test:fake", steps=200, eval_every=0, checkpoint_every=0, agent=agent)
-    run = RunDirectory.create(tmp_path / "run", config, seed=0)
-    trainer = LocalTrainer(config, run, progress=False, quiet=True,
-                           env_factory=lambda seed: FakeEnvironment(observation_shape=(3,), action_dim=1,
-                                                                    episode_length=20, seed=seed % 1000))
-    summary = trainer.run()
+    trainers = []
+    run = Run(config, tmp_path / "run", progress=False, quiet=True,
+              env_factory=lambda seed: FakeEnvironment(observation_shape=(3,), action_dim=1,
+                                                       episode_length=20, seed=seed % 1000))
+    run._executor = lambda: trainers.append(LocalExecutor(run)) or trainers[-1]  # to read its agent after
+    summary = run.train()
+    trainer = trainers[0]
     with open(tmp_path / "run" / "logs" / "learner" / "logs.csv") as handle:
         rows = list(csv.DictReader(handle))
     steps = summary["counts"]["learner_steps"]

@@ -24,7 +24,7 @@ from benchtools.time_to_score import (
 from dmpo.config import DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import FakeEnvironment
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
-from dmpo.run.local import train
+from dmpo.run.run import train
 
 TINY = DMPOConfig(batch_size=8, samples_per_insert=2.0, min_replay_size=10, max_replay_size=500, n_step=2,
                   learner=LearnerConfig(num_samples=2),

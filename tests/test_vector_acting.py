@@ -200,7 +200,7 @@ def test_pixel_environments_each_feed_the_frame_deduplicating_table():
 
 
 def test_overlapped_learner_with_four_environments(tmp_path):
-    from dmpo.run.local import train
+    from dmpo.run.run import train
 
     config = TrainConfig(env="test:fake", steps=300, seed=1, eval_every=0, checkpoint_every=0, num_envs=4,
                          overlap_learner=True, agent=TINY)

@@ -28,7 +28,7 @@ _EXPORTS = {
     "make": "dmpo.envs",
     "EnvironmentLoop": "dmpo.agent.environment_loop",
     "evaluate": "dmpo.agent.environment_loop",
-    "train": "dmpo.run.local",
+    "train": "dmpo.run.run",
     "load_policy": "dmpo.agent.policies.snapshot",
     "save_policy": "dmpo.agent.policies.snapshot",
     "make_networks": "dmpo.agent.networks",

@@ -1,5 +1,5 @@
-"""`dmpo train`: the flags, `--resume` and `--preset`, the checks before any work, and the hand-over
-to the single-process trainer (`dmpo.run.local`) or the distributed program (`dmpo.distributed`).
+"""`dmpo train`: the flags, `--resume` and `--preset`, the checks before any work, and the messages of
+a `Run` (`dmpo.run.run`, which owns the run's sequence in both modes and picks the mode).
 
     dmpo train --env dmc:cartpole-swingup --steps 100000 --seed 0
     dmpo train --resume runs/20261202-120000 --steps 200000   (extend a run)
@@ -11,23 +11,18 @@ Every option comes from `dmpo.config.TrainConfig` (nested: `--agent.batch-size`,
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
 import warnings
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import tyro
 
 from dmpo.cli.flags import fail
 from dmpo.config import ConfigError, TrainConfig
-
-# Settings that may differ on `--resume` (a longer budget, other periods, more actors); any other
-# difference from the saved config would not match the checkpoint (networks, env, agent) and is refused.
-RESUMABLE_FIELDS = ("steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_checkpoints", "actors",
-                    "stop_at_return", "video_every")
+from dmpo.lifecycle.resume import RESUMABLE_FIELDS
 
 
 def train(
@@ -69,9 +64,8 @@ def train(
         (SLURM: 30 s between SIGTERM and SIGKILL).
     """
     from dmpo.config import flags_parsed
-    from dmpo.lifecycle.directory import check_run_path
     from dmpo.lifecycle.interrupts import exit_code, message
-    from dmpo.lifecycle.lock import RunLockedError, run_lock
+    from dmpo.lifecycle.lock import RunLockedError
     from dmpo.reporting.trackers import TrackerError, check_installed
 
     flags_parsed()
@@ -90,28 +84,18 @@ def train(
               "writes its final checkpoint itself, however long it takes)")
     if stop_timeout is not None and not stop_timeout > 0:
         fail(f"--stop-timeout must be a number of seconds > 0, got {stop_timeout}")
+    if resume is not None and run_dir is not None and Path(run_dir) != Path(resume):
+        fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
     # A malformed JSON flag fails before anything starts (without the flags, Ray is not imported here).
-    placement = _parse_resources(resources) if any(resources.values()) else None
-    if stop_timeout is not None:
-        placement = {**(placement or {}), "stop_timeout_seconds": float(stop_timeout)}
+    cluster = _cluster_settings(config, ray_address, resources, stop_timeout, keep_ray_logs)
     try:
         check_installed(config.track)  # a missing tracker package: one line, before anything starts
     except ConfigError as error:
         fail(str(error))
+    _check_before_training(config)
     try:
-        with contextlib.ExitStack() as stack:
-            if resume is not None:
-                if run_dir is not None and Path(run_dir) != Path(resume):
-                    fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
-                check_run_path(resume)
-                stack.enter_context(run_lock(resume))  # before the checkpoints are read (dmpo.lifecycle.lock)
-                config = _apply_resume_flags(resume, config)
-                run_dir = resume
-            elif run_dir is not None:
-                check_run_path(run_dir)
-            _check_before_training(config)
-            summary = _train(config, run_dir, resume=resume is not None, progress=progress,
-                             ray_address=ray_address, resources=placement, keep_ray_logs=keep_ray_logs)
+        summary = _train(config, resume if resume is not None else run_dir, resume=resume is not None,
+                         progress=progress, cluster=cluster)
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, SIGHUP: the checkpoint is written already
         print(f"dmpo: {message(error)}", file=sys.stderr)
         done = SystemExit(exit_code(error))
@@ -155,23 +139,82 @@ def _check_before_training(config: TrainConfig) -> None:
             fail(f"--video-every {config.video_every}: {error}")
 
 
-def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
-           ray_address: str | None, resources: dict | None = None, keep_ray_logs: bool = False) -> dict:
+def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool, cluster: Any) -> dict:
+    """The run: opened (a resume's plan said in lines), then trained; an error is one line."""
+    from dmpo.envs import EnvError
+    from dmpo.lifecycle.resume import ResumeError
+    from dmpo.run.run import Run
     from dmpo.utils.checkpointing import CheckpointError
 
-    if config.pixels:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco is first imported
+    usage_errors: tuple[type[BaseException], ...] = (EnvError, FileNotFoundError, FileExistsError,
+                                                     CheckpointError, ConfigError)
+    run_errors: tuple[type[BaseException], ...] = ()
     if config.actors:
-        return _train_distributed(config, run_dir, resume=resume, progress=progress,
-                                  ray_address=ray_address, resources=resources, keep_ray_logs=keep_ray_logs)
-    from dmpo.envs import EnvError
-    from dmpo.run.local import train as train_locally
+        from dmpo.distributed import NodeFailure, PlacementError
+        from dmpo.run.distributed.cluster import ClusterError
 
+        usage_errors, run_errors = (*usage_errors, PlacementError), (NodeFailure, ClusterError)
+    run = Run(config, run_dir, resume=resume, progress=progress, cluster=cluster)
     try:
-        return train_locally(config, run_dir, resume=resume, progress=progress)
-    except (EnvError, FileNotFoundError, FileExistsError, CheckpointError) as error:
+        plan = run.open()
+        if plan is not None:
+            _say_plan(plan)
+        return run.train()
+    except ResumeError as error:
+        fail(str(error))  # it names the run and the reason
+    except usage_errors as error:
         fail(str(error))
-        raise AssertionError("unreachable") from error
+    except run_errors as error:  # after start-up: run.json says "failed" with the same line
+        print(f"dmpo: error: {error}", file=sys.stderr)
+        if type(error).__name__ == "NodeFailure":
+            print(f"dmpo: continue with: dmpo train --resume {run.path}", file=sys.stderr)
+        raise SystemExit(1) from error
+    finally:
+        run.close()
+    raise AssertionError("unreachable")
+
+
+def _say_plan(plan: Any) -> None:
+    """The lines of a resume: nothing to do (exit 0), skipped checkpoints, the changed settings."""
+    if plan.nothing_to_do:  # nothing to train: change nothing
+        print(f"{plan.run_dir} already reached {plan.reached} env steps (steps {plan.config.steps}); nothing "
+              f"to do. Pass --steps with a larger number to extend it.")
+        raise SystemExit(0)
+    for warning in plan.warnings:
+        print(f"dmpo: warning: {warning}", file=sys.stderr)
+    warnings.filterwarnings("ignore", message="skipping unusable checkpoint")  # said once, above
+    if plan.checkpoint is not None:  # the skipped ones are moved aside at the next save: said once, above
+        from dmpo.lifecycle.checkpoints import TrainingCheckpoints
+
+        paths = [path.name for path in TrainingCheckpoints(Path(plan.run_dir) / "checkpoints").paths()]
+        newer = paths[paths.index(plan.checkpoint.name) + 1:] if plan.checkpoint.name in paths else []
+        for skipped in newer:
+            warnings.filterwarnings("ignore", message=rf"checkpoint .*{re.escape(skipped)} is unusable")
+    for name, (old, new) in plan.changes.items():
+        print(f"resume: {name} {old} -> {new}", file=sys.stderr)
+    if plan.from_scratch:
+        print(f"resume: {plan.run_dir} has no checkpoint yet; training starts again from step 0 with its "
+              "saved config", file=sys.stderr)
+
+
+def _cluster_settings(config: TrainConfig, ray_address: str | None, resources: dict[str, str | None],
+                      stop_timeout: float | None, keep_ray_logs: bool) -> Any:
+    """The Ray settings of `--actors N` (None for one process); Ray missing is one line."""
+    if not config.actors:
+        return None
+    try:  # Ray is an extra: the single-process path never imports it
+        import ray  # noqa: F401
+
+        from dmpo.run.distributed.options import ProgramOptions
+    except ImportError:
+        fail("--actors needs Ray, which is not installed; install it with: pip install 'dmpo[distributed]'")
+    from dmpo.run.run import ClusterSettings
+
+    placement: dict[str, Any] = _parse_resources(resources) if any(resources.values()) else {}
+    if stop_timeout is not None:
+        placement["stop_timeout_seconds"] = float(stop_timeout)
+    return ClusterSettings(address=ray_address, options=ProgramOptions(**placement) if placement else None,
+                           keep_ray_logs=keep_ray_logs)
 
 
 def resume_argument(args: list[str]) -> Path | None:
@@ -208,48 +251,11 @@ def saved_run_config(run: Path) -> TrainConfig:
         raise AssertionError("unreachable") from error
 
 
-def _apply_resume_flags(resume: Path, config: TrainConfig) -> TrainConfig:
-    """The config to resume with: the saved one with the flags given now applied (`main` parses
-    them on top of the saved config), by the library's resume rules (`dmpo.lifecycle.resume`): a
-    refused change or an unusable newest checkpoint is one line, before anything is built."""
-    from dmpo.lifecycle.resume import ResumeError, apply_resume, plan_resume
-
-    try:
-        plan = plan_resume(resume, config)
-    except ResumeError as error:
-        fail(str(error))  # it names the run and the reason
-        raise AssertionError("unreachable") from error
-    if plan.nothing_to_do:  # nothing to train: change nothing
-        print(f"{resume} already reached {plan.reached} env steps (steps {plan.config.steps}); nothing to "
-              f"do. Pass --steps with a larger number to extend it.")
-        raise SystemExit(0)
-    for warning in plan.warnings:
-        print(f"dmpo: warning: {warning}", file=sys.stderr)
-    warnings.filterwarnings("ignore", message="skipping unusable checkpoint")  # said once, above
-    if plan.checkpoint is not None:  # the skipped ones are moved aside at the next save: said once, above
-        from dmpo.lifecycle.checkpoints import TrainingCheckpoints
-
-        paths = [path.name for path in TrainingCheckpoints(Path(resume) / "checkpoints").paths()]
-        newer = paths[paths.index(plan.checkpoint.name) + 1:] if plan.checkpoint.name in paths else []
-        for skipped in newer:
-            warnings.filterwarnings("ignore", message=rf"checkpoint .*{re.escape(skipped)} is unusable")
-    apply_resume(plan)
-    for name, (old, new) in plan.changes.items():
-        print(f"resume: {name} {old} -> {new}", file=sys.stderr)
-    if plan.from_scratch:
-        print(f"resume: {resume} has no checkpoint yet; training starts again from step 0 with its saved "
-              "config", file=sys.stderr)
-    return plan.config
-
-
 def _parse_resources(flags: dict[str, str | None]) -> dict[str, dict[str, float] | None]:
     """`--actor-resources '{"worker": 1}'` and co.: JSON objects of resource name -> amount >= 0."""
     import json
 
-    try:
-        from dmpo.distributed.options import valid_resources
-    except ImportError:
-        fail("--actors needs Ray, which is not installed; install it with: pip install 'dmpo[distributed]'")
+    from dmpo.run.distributed.options import valid_resources
 
     parsed = {}
     for name, text in flags.items():
@@ -264,49 +270,3 @@ def _parse_resources(flags: dict[str, str | None]) -> dict[str, dict[str, float]
                   f"'{{\"worker\": 1}}'; got {text!r}")
         parsed[name] = value
     return parsed
-
-
-def _train_distributed(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress: bool,
-                       ray_address: str | None, resources: dict | None = None,
-                       keep_ray_logs: bool = False) -> dict:
-    """`dmpo train --actors N`: the Ray program of `dmpo.distributed` on this TrainConfig."""
-    try:  # Ray is an extra: the single-process path never imports it
-        import ray  # noqa: F401
-    except ImportError:
-        fail("--actors needs Ray, which is not installed; install it with: "
-              "pip install 'dmpo[distributed]'")
-    from dmpo.distributed import NodeFailure, PlacementError, ProgramOptions, run_distributed
-    from dmpo.distributed.cluster import ClusterError
-    from dmpo.envs import EnvError
-    from dmpo.lifecycle.directory import RunDirectory, new_run_path
-    from dmpo.lifecycle.task_setup import prepare_task
-    from dmpo.utils.checkpointing import CheckpointError
-
-    config = config.resolved()
-    if not resume:
-        try:  # an unusable task fails before a run exists; an 'auto' support is resolved for config.json
-            config, _ = prepare_task(config, distributed=True)
-        except EnvError as error:
-            fail(str(error))
-        run_dir = Path(run_dir) if run_dir is not None else new_run_path()
-        try:  # the run directory records the whole TrainConfig, so that --resume can rebuild it
-            RunDirectory.create(run_dir, config, seed=config.seed)
-        except (FileExistsError, ConfigError) as error:
-            fail(str(error))
-    try:
-        result = run_distributed(config, run_dir, ray_address=ray_address, progress=progress, resume=resume,
-                                 options=ProgramOptions(**(resources or {})), keep_ray_logs=keep_ray_logs)
-    except (FileNotFoundError, CheckpointError, PlacementError) as error:
-        fail(str(error))
-    except EnvError as error:  # an environment that failed the same way twice: as in one process
-        fail(str(error))
-    except ClusterError as error:  # at start-up: run.json says "failed" with the same line
-        print(f"dmpo: error: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
-    except NodeFailure as error:
-        print(f"dmpo: error: {error}", file=sys.stderr)
-        print(f"dmpo: continue with: dmpo train --resume {run_dir}", file=sys.stderr)
-        raise SystemExit(1) from error
-    last_eval = result.evaluation_rows[-1] if result.evaluation_rows else None
-    return {"env_steps": int(result.counts.get("actor_steps", 0)), "run_dir": result.run_dir,
-            "last_eval": result.last_evaluation or last_eval, "stop_reason": result.stop_reason}

@@ -9,6 +9,10 @@ the boundary. Boundaries crossed together (a long episode, several actors) give 
 boundary is never replayed later: a crossed boundary whose check was missed is not made up at the
 end of the run.
 
+Videos (`video_every`): a video boundary films the run's next evaluation, the very episodes it
+scores (`Due.video` is set on the check, or the final events, whose evaluation is filmed). Both modes
+film the same evaluations, at the same environment steps.
+
 At the end of a run (`final_events`): one final evaluation unless the last one already evaluated
 these very steps, and one final checkpoint unless the last one already holds them. A periodic
 checkpoint is never taken at or past the step budget, because the final checkpoint follows at once:
@@ -53,7 +57,8 @@ class BoundarySchedule:
 
 @dataclasses.dataclass(frozen=True)
 class Due:
-    """What one check asks for; each field is the environment steps to label the event with, or None."""
+    """What one check asks for; each field is the environment steps to label the event with, or None.
+    `video` is set only together with `evaluation`: that evaluation is filmed."""
 
     evaluation: int | None = None
     checkpoint: int | None = None
@@ -82,6 +87,8 @@ class RunSchedule:
         self.videos = BoundarySchedule(video_every, start)
         self.last_evaluation: int | None = None  # env steps of the last evaluation (this process's)
         self.last_checkpoint: int | None = start if start else None
+        self.video_pending = False
+        """A video boundary passed since the last evaluation: the next evaluation is filmed."""
 
     @classmethod
     def of(cls, config: object, start: int = 0) -> RunSchedule:
@@ -97,8 +104,16 @@ class RunSchedule:
         checkpoint = env_steps if self.checkpoints.due(env_steps) is not None else None
         if checkpoint is not None and env_steps >= self.total_steps:
             checkpoint = None  # the final checkpoint follows at once (final_events)
-        video = env_steps if self.videos.due(env_steps) is not None else None
-        return Due(evaluation=evaluation, checkpoint=checkpoint, video=video)
+        if self.videos.due(env_steps) is not None:
+            self.video_pending = True
+        return Due(evaluation=evaluation, checkpoint=checkpoint, video=self._filmed(evaluation))
+
+    def _filmed(self, evaluation: int | None) -> int | None:
+        """The video label of an evaluation at `evaluation` steps: filmed when a video boundary is pending."""
+        if evaluation is None or not self.video_pending:
+            return None
+        self.video_pending = False
+        return evaluation
 
     def evaluated(self, env_steps: int) -> None:
         """Records an evaluation of the policy at `env_steps`."""
@@ -115,4 +130,4 @@ class RunSchedule:
         evaluation = (env_steps if self.evaluations.every and not stopped_early
                       and self.last_evaluation != env_steps else None)
         checkpoint = env_steps if self.checkpoints_on and self.last_checkpoint != env_steps else None
-        return Due(evaluation=evaluation, checkpoint=checkpoint)
+        return Due(evaluation=evaluation, checkpoint=checkpoint, video=self._filmed(evaluation))

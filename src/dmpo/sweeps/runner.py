@@ -1,5 +1,5 @@
 """Running a sweep on Ray Tune: every trial a `dmpo.sweeps.trial.SweepTrial`, on a private local Ray
-cluster (`dmpo.distributed.cluster`) or on an existing one.
+cluster (`dmpo.run.distributed.cluster`) or on an existing one.
 
 * A grid sweep (`--grid`, `--seeds`) is one Tune grid search over (point, seed), started afresh each time:
   each trial's folder says whether it is finished (only read), to resume, or to start, so running the
@@ -213,7 +213,7 @@ def run_sweep(
     """Runs (or continues) the sweep, then writes its results table; `budget` is (steps, eval_every)."""
     import ray
 
-    from dmpo.distributed.cluster import ray_cluster
+    from dmpo.run.distributed.cluster import ray_cluster
 
     check_folder(spec)
     spec.out.mkdir(parents=True, exist_ok=True)

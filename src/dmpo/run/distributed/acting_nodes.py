@@ -19,11 +19,11 @@ from typing import Any
 import ray
 
 from dmpo.config import TrainConfig
-from dmpo.distributed.actor import make_actor_node
-from dmpo.distributed.common import NodeSettings, call_quietly, get_quietly, kill
-from dmpo.distributed.evaluator import make_evaluator_node
-from dmpo.distributed.node_errors import RepeatedFailures, describe, node_error, remote_traceback
-from dmpo.distributed.options import NodeFailure, ProgramOptions
+from dmpo.run.distributed.actor import make_actor_node
+from dmpo.run.distributed.common import NodeSettings, call_quietly, get_quietly, kill
+from dmpo.run.distributed.evaluator import make_evaluator_node
+from dmpo.run.distributed.node_errors import RepeatedFailures, describe, node_error, remote_traceback
+from dmpo.run.distributed.options import NodeFailure, ProgramOptions
 from dmpo.utils.seeds import ROLE_ACTOR, ROLE_EVALUATOR, node_seed
 
 
@@ -120,8 +120,7 @@ class ActingNodes:
         self.evaluator = make_evaluator_node(
             settings, node_seed(self.seed, ROLE_EVALUATOR, 0, self._evaluator_generation), learner, counter,
             episodes_per_round=max(self.config.eval_episodes, 1),
-            period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources,
-            video_every=self.config.video_every)
+            period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources)
         self._evaluator_ref = self.evaluator.run.remote()
         self._on_evaluator(self.evaluator)
 

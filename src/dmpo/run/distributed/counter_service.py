@@ -38,7 +38,7 @@ class CounterService:
         self._evaluations = evaluations  # what the checkpoints record (the boundary rounds asked for)
         self._schedule_lock = threading.Lock()
         self._learner: Any = None
-        self._due: list[tuple[str, int, list[Any]]] = []  # (event, env steps, [variables ref] or [])
+        self._due: list[tuple[str, int, list[Any], bool]] = []  # (event, env steps, [ref] or [], filmed)
         self._returns: list[float] = []  # training episodes' returns since the last `take_due` (status line)
 
     def set_learner(self, learner: Any) -> None:
@@ -56,7 +56,7 @@ class CounterService:
             if due.evaluation is not None:
                 self._evaluations += 1
                 variables = [self._learner.get_variables.remote()] if self._learner is not None else []
-                self._due.append(("evaluation", due.evaluation, variables))
+                self._due.append(("evaluation", due.evaluation, variables, due.video is not None))
             save = None
             if due.checkpoint is not None and self._learner is not None:
                 save = self._learner.save.remote(self._evaluations, before_steps=self._schedule.total_steps)
@@ -65,15 +65,20 @@ class CounterService:
             # so a slow save is never taken for a dead learner; an error is the driver's to report.
             ray.wait([save], timeout=None)
             with self._schedule_lock:
-                self._due.append(("checkpoint", due.checkpoint, [save]))
+                self._due.append(("checkpoint", due.checkpoint, [save], False))
 
-    def take_due(self) -> tuple[list[tuple[str, int, list[Any]]], list[float]]:
+    def take_due(self) -> tuple[list[tuple[str, int, list[Any], bool]], list[float]]:
         """The events that fell due since the last call, in order, and the episode returns since then
         (the newest 100 at most)."""
         with self._schedule_lock:
             due, self._due = self._due, []
             returns, self._returns = self._returns, []
             return due, returns
+
+    def video_pending(self) -> bool:
+        """Whether a video boundary passed since the last evaluation found due (the final one is filmed)."""
+        with self._schedule_lock:
+            return bool(self._schedule is not None and self._schedule.video_pending)
 
     def increment(self, **counts: Number) -> dict[str, Number]:
         return self._counter.increment(**counts)

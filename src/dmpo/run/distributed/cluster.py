@@ -29,7 +29,7 @@ folders it creates world-writable (0777), the one it is given included, and ever
 process does it again when it starts: so the owner-only folder is the one above Ray's, which no Ray
 process touches, and through which alone the files below can be reached. It is removed when the
 cluster stops, unless `keep_files` asks to keep it for a post-mortem.
-Every private Ray API this needs lives in `dmpo.distributed.ray_internals`.
+Every private Ray API this needs lives in `dmpo.run.distributed.ray_internals`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from collections.abc import Iterator
 
 import ray
 
-from dmpo.distributed import ray_internals
+from dmpo.run.distributed import ray_internals
 
 _LOOPBACK = "127.0.0.1"
 

@@ -5,7 +5,7 @@ version, and the test fails naming the missing name when a Ray release moves one
 
 * `ray._private.ray_constants.ENABLE_RAY_CLUSTER`: Ray's "local-only" switch, read when Ray is
   imported; flipped while a private cluster starts so that its servers bind to 127.0.0.1
-  (`dmpo.distributed.cluster`).
+  (`dmpo.run.distributed.cluster`).
 * `ray._raylet.Config.initialize` and `ray._raylet.AuthenticationTokenLoader`: Ray caches its
   config and its authentication token per process; both are reset after the token in the
   environment changes.
@@ -13,7 +13,7 @@ version, and the test fails naming the missing name when a Ray release moves one
   process is connected to (Ray has no public accessor).
 * `ray.init(_temp_dir=...)`: where a private cluster keeps its session files.
 * `ray._private.state.actors` and `ActorHandle._actor_id`: the state of one Ray actor in the
-  cluster's actor table (waiting for a place, alive, dead), read by `dmpo.distributed.placement`.
+  cluster's actor table (waiting for a place, alive, dead), read by `dmpo.run.distributed.placement`.
 * `ray._private.services.ConsolePopen`: how Ray starts its servers; wrapped while a private cluster
   starts so that each server leads its own process group. A scheduler, systemd or a terminal signals
   the whole process group of `dmpo train`: Ray's servers would die with it and take the learner,

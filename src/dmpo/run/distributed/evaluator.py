@@ -9,7 +9,11 @@ boundary was found due, and its row is labelled with those environment steps, as
 however late the round runs; other rounds fetch the newest variables (blocking). `finish()` ends
 `run()` after the rounds asked for; `stop()` ends it now.
 
-A round is `runners.environment_loop.evaluate`, the single-process trainer's own evaluation, and
+Each round runs on an environment of its own, seeded by the run's seed and the round's index in the
+run (`dmpo.utils.seeds.evaluation_seed`), and a round the driver asks to film is filmed, its own
+episodes (the run's video rule, `dmpo.lifecycle.schedule`): the same episodes, seeds and videos as
+one process. A round is `dmpo.agent.environment_loop.evaluate`, the single-process trainer's own
+evaluation, and
 writes the same row: one per round, `return_mean/std/min/max`, `length_mean` and every count, to the
 `evaluator` logger (CSV/TensorBoard under the run directory), so `dmpo plot` and the benchmark
 summaries read a distributed run as they read a local one. The driver collects the rows
@@ -20,6 +24,7 @@ parameters each of the last few rounds scored are kept, so that the driver's bes
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -28,11 +33,23 @@ from typing import Any
 import numpy as np
 import ray
 
-from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
-from dmpo.distributed.counter_service import make_child_counter
-from dmpo.distributed.variables import AsyncVariableClient
+from dmpo.run.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
+from dmpo.run.distributed.counter_service import make_child_counter
+from dmpo.run.distributed.variables import AsyncVariableClient
 
 _KEPT_ROUND_PARAMS = 4  # rounds whose parameters the best-policy callback can still have written
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One round asked for: its label (env steps; None: a periodic round), the learner's variables to
+    score (`[ref]`; empty: the newest), its index in the run (its environment's seed) and whether it
+    is filmed."""
+
+    env_steps: int | None = None
+    variables: tuple[Any, ...] = ()
+    index: int | None = None
+    film: bool = False
 
 
 class RoundRequests:
@@ -42,19 +59,19 @@ class RoundRequests:
     Not locked: the evaluator calls it under its own condition variable."""
 
     def __init__(self) -> None:
-        self._waiting: dict[int, tuple[int | None, list[Any]]] = {}
+        self._waiting: dict[int, Round] = {}
         self.received = 0  # requests added
         self.started = 0  # requests handed out by `pop_next`
 
-    def add(self, number: int | None, env_steps: int | None, variables: list[Any]) -> None:
+    def add(self, number: int | None, asked: Round) -> None:
         """`number`: how many requests the caller made before this one; None: the next in arrival order."""
         number = self.received if number is None else number
         if number < self.started or number in self._waiting:
             raise ValueError(f"evaluation request number {number} was already given")
         self.received += 1
-        self._waiting[number] = (env_steps, variables)
+        self._waiting[number] = asked
 
-    def pop_next(self) -> tuple[int | None, list[Any]] | None:
+    def pop_next(self) -> Round | None:
         """The next round in the caller's order, or None while it has not arrived."""
         if self.started not in self._waiting:
             return None
@@ -66,8 +83,7 @@ class EvaluatorNode:
     """See the module docstring."""
 
     def __init__(self, settings: NodeSettings, seed: int, learner: Any, counter_service: Any, *,
-                 episodes_per_round: int = 1, period_seconds: float | None = None,
-                 video_every: int = 0) -> None:
+                 episodes_per_round: int = 1, period_seconds: float | None = None) -> None:
         if not isinstance(episodes_per_round, int) or episodes_per_round < 1:
             raise ValueError(f"episodes_per_round must be a positive integer, got {episodes_per_round!r}")
         if period_seconds is not None and not period_seconds >= 0:
@@ -76,8 +92,7 @@ class EvaluatorNode:
         self._period = period_seconds
         self._stop = threading.Event()
         self._wake = threading.Condition()
-        self._round: int | None = None  # env steps of the round running now (None: a periodic one)
-        self._round_variables: list[Any] = []
+        self._round = Round()  # the round running now
         self._finishing = False
         self._requests_expected: int | None = None
         self._settings, self._seed = settings, seed
@@ -87,8 +102,6 @@ class EvaluatorNode:
         self._variables = AsyncVariableClient(self._variables_request, update_period=2**62)
         self._actor = settings.builder.make_evaluation_actor(self._variables, seed=seed)
         self._requests = RoundRequests()  # the rounds asked for, not started
-        self._video_every = video_every  # TrainConfig.video_every; 0: no videos
-        self._next_video = video_every or None
         self._counter = make_child_counter(counter_service, "evaluator", settings.counter_time_delta)
         self._logger = make_node_logger("evaluator", settings.run_dir, time_delta=0.0)
         self.returns: list[tuple[int, float]] = []  # (learner variable version, episode return)
@@ -101,12 +114,10 @@ class EvaluatorNode:
             return self._boundary_variables
         return self._learner.get_variables.remote()
 
-    def _evaluate_round(self, environment: Any, env_steps: int | None = None,
-                        variables: list[Any] | None = None) -> dict[str, Any]:
-        """One round; logs its row (the local trainer's columns) and returns it. With `variables`
-        (`[ref]`) it scores those and is labelled `env_steps`; otherwise the newest weights."""
-        from dmpo.agent.environment_loop import evaluate
-
+    def _evaluate_round(self, asked: Round) -> dict[str, Any]:
+        """One round (module docstring); logs its row (the local trainer's columns) and returns it.
+        With variables it scores those and is labelled with its env steps; otherwise the newest weights."""
+        env_steps, variables = asked.env_steps, asked.variables
         self._boundary_variables = variables[0] if variables else None
         try:
             self._variables.update(wait=True)
@@ -114,7 +125,7 @@ class EvaluatorNode:
             self._boundary_variables = None
         self._actor.update(wait=True)
         version = self._variables.version
-        result = evaluate(environment, self._actor.select_action, self._episodes_per_round)
+        result = self._play(asked)
         self.returns.extend((version, float(value)) for value in result["episode_returns"])
         self._counter.increment(episodes=self._episodes_per_round, steps=int(sum(result["episode_lengths"])))
         counts = self._counter.sync()  # the totals of every node, this round's episodes included
@@ -128,6 +139,28 @@ class EvaluatorNode:
         for old in sorted(self._round_params)[:-_KEPT_ROUND_PARAMS]:
             del self._round_params[old]
         return row
+
+    def _play(self, asked: Round) -> dict[str, Any]:
+        """The round's episodes, on an environment of its own (filmed when asked)."""
+        from dmpo.agent.environment_loop import evaluate
+        from dmpo.lifecycle.videos import camera_render_fn, rendering_factory, video_path
+        from dmpo.utils.seeds import evaluation_seed
+
+        seed = (evaluation_seed(self._settings.seed, asked.index) if asked.index is not None
+                else evaluation_seed(self._seed, self.rounds))  # a periodic round: the node's own stream
+        film = asked.film and asked.env_steps is not None
+        factory = rendering_factory(self._settings.env_factory) if film else self._settings.env_factory
+        environment = factory(seed)
+        try:
+            if not film:
+                return evaluate(environment, self._actor.select_action, self._episodes_per_round)
+            return evaluate(environment, self._actor.select_action, self._episodes_per_round,
+                            video_path=video_path(self._settings.run_dir, asked.env_steps),
+                            render_fn=camera_render_fn())
+        finally:
+            close = getattr(environment, "close", None)
+            if close is not None:
+                close()
 
     def rows(self, start: int = 0) -> list[dict[str, Any]]:
         """The evaluation rows logged so far, from index `start` on (the driver's collection)."""
@@ -146,15 +179,16 @@ class EvaluatorNode:
                                metadata=metadata))
 
     def request(self, env_steps: int | None = None, variables: list[Any] | None = None,
-                number: int | None = None) -> None:
+                number: int | None = None, index: int | None = None, film: bool = False) -> None:
         """Asks for one more evaluation round (at `env_steps`: its label when `variables` is given, and
-        its video's name and schedule); `variables`: `[ref]` to the learner's variables to score.
+        its video's name); `variables`: `[ref]` to the learner's variables to score; `index`: the
+        round's index in the run (its environment's seed); `film`: film the round.
 
         `number`: the caller's count of its earlier requests to this node. Rounds start in that order
         whatever order Ray runs the calls in (a threaded actor may swap two calls sent back to back);
         None: in the order the calls run."""
         with self._wake:
-            self._requests.add(number, env_steps, list(variables or []))
+            self._requests.add(number, Round(env_steps, tuple(variables or ()), index, film))
             self._wake.notify_all()
 
     def finish(self, requests: int | None = None) -> None:
@@ -172,7 +206,7 @@ class EvaluatorNode:
             while not self._stop.is_set():
                 asked = self._requests.pop_next()
                 if asked is not None:
-                    self._round, self._round_variables = asked
+                    self._round = asked
                     return True
                 expected = self._requests_expected
                 if self._finishing and (expected is None or self._requests.started >= expected):
@@ -181,7 +215,7 @@ class EvaluatorNode:
                 if self._period is not None:
                     due = (last_start or 0.0) + self._period - time.monotonic()
                     if last_start is None or due <= 0:
-                        self._round, self._round_variables = None, []
+                        self._round = Round()
                         return True
                     wait = min(wait, due)
                 self._wake.wait(wait)
@@ -190,37 +224,17 @@ class EvaluatorNode:
     def run(self) -> list[tuple[int, float]]:
         """Evaluates until `finish()` or `stop()`; returns every (variable version, return) pair."""
         try:
-            # Built on this thread: a pixel environment's OpenGL context is bound to its creating thread.
-            environment = self._settings.env_factory(self._seed)
+            # Each round builds its environment on this thread: a pixel environment's OpenGL context is
+            # bound to its creating thread.
             started = None
             while self._next_round(started):
                 started = time.monotonic()
-                self._evaluate_round(environment, self._round, self._round_variables)
+                self._evaluate_round(self._round)
                 self.rounds += 1
-                self._film_if_due(self._round)
         finally:
             self._counter.sync()
             self._logger.close()
         return self.returns
-
-    def _film_if_due(self, env_steps: int | None) -> None:
-        """One more episode of the evaluation policy, filmed (`dmpo.lifecycle.videos`), at each
-        video boundary."""
-        if self._next_video is None or env_steps is None or env_steps < self._next_video:
-            return
-        from dmpo.agent.environment_loop import evaluate
-        from dmpo.lifecycle.schedule import next_boundary
-        from dmpo.lifecycle.videos import camera_render_fn, rendering_factory, video_path
-
-        self._next_video = next_boundary(env_steps, self._video_every)
-        environment = rendering_factory(self._settings.env_factory)(self._seed + self.rounds)
-        try:
-            evaluate(environment, self._actor.select_action, 1,
-                     video_path=video_path(self._settings.run_dir, env_steps), render_fn=camera_render_fn())
-        finally:
-            close = getattr(environment, "close", None)
-            if close is not None:
-                close()
 
     def stop(self) -> None:
         self._stop.set()

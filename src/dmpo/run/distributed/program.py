@@ -32,8 +32,8 @@ Monitoring, per pass: the learner's and the replay node's health (a dead one sto
 (a dead actor is replaced by a new one with a new seed, up to `max_actor_restarts` in all) and of the
 evaluator (`acting_nodes`); the rounds asked for, sent one at a time (`evaluations`); the counter
 totals for the progress line, the checkpoint and evaluation boundaries and the `steps` stop; a
-snapshot of the replay table's counters (kept in the result). A run's directory is checked, resumed
-and opened as one process does it (`run_files`).
+snapshot of the replay table's counters (kept in the result). The run's folder is opened (or resumed) by
+the `Run` (`dmpo.run.run`) before the program is built; the program restores the checkpoint it names.
 
 Stopping fits a scheduler's grace period (SLURM waits 30 s between SIGTERM and SIGKILL): the
 learner is asked for its final checkpoint first, then, while it writes it, the actors stop (flushing
@@ -45,14 +45,15 @@ is closed and every node killed. On a cluster this call started, Ray itself is t
 periodic checkpoint that takes long delays the next one; it is never taken for a dead learner.
 
 Callbacks and an experiment tracker run in the driver (`driver_events.DriverEvents`, once per pass);
-a stop asked by a callback ends the run like the step limit, without another evaluation round.
+a stop asked by a callback ends the run like the step limit, without another evaluation round. The
+status in run.json and the final events are the `Run`'s: the program reports, the `Run` decides.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,38 +61,29 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dmpo.agent.builder import DMPOBuilder, NetworkFactory
-from dmpo.config import ConfigError, TrainConfig
-from dmpo.distributed.acting_nodes import ActingNodes, warn
-from dmpo.distributed.common import NodeSettings, call_quietly, get_quietly, kill
-from dmpo.distributed.counter_service import RemoteCounterService
-from dmpo.distributed.driver_events import DriverEvents
-from dmpo.distributed.evaluations import EvaluationRounds
-from dmpo.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
-from dmpo.distributed.learner_node import make_learner_node
-from dmpo.distributed.node_errors import describe
-from dmpo.distributed.options import DistributedResult, NodeFailure, ProgramOptions
-from dmpo.distributed.placement import PendingNodes, check_placement, program_demands
-from dmpo.distributed.replay_service import ReplayServiceConfig, make_replay_service
-from dmpo.distributed.run_files import checkpoint_to_resume, open_run_directory, restored_state
+from dmpo.config import ConfigError
 from dmpo.envs import make_environment_spec
-from dmpo.envs.registry import EnvironmentFactory
-from dmpo.lifecycle.callbacks import Callback
-from dmpo.lifecycle.schedule import RunSchedule
-from dmpo.lifecycle.status import RunStatus
-from dmpo.lifecycle.task_setup import prepare_task, saved_config
+from dmpo.run.distributed.acting_nodes import ActingNodes, warn
+from dmpo.run.distributed.common import NodeSettings, call_quietly, get_quietly, kill
+from dmpo.run.distributed.counter_service import RemoteCounterService
+from dmpo.run.distributed.driver_events import DriverEvents
+from dmpo.run.distributed.evaluations import EvaluationRounds
+from dmpo.run.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
+from dmpo.run.distributed.learner_node import make_learner_node
+from dmpo.run.distributed.node_errors import describe
+from dmpo.run.distributed.options import DistributedResult, NodeFailure, ProgramOptions
+from dmpo.run.distributed.placement import PendingNodes, check_placement, program_demands
+from dmpo.run.distributed.replay_service import ReplayServiceConfig, make_replay_service
+from dmpo.run.distributed.run_files import replay_to_restore, restored_state, rewind_node_logs
 from dmpo.utils.seeds import ROLE_LEARNER, ROLE_REPLAY, node_seed
 
 
-def _check_config(config: TrainConfig, resume: bool) -> None:
-    if not isinstance(config, TrainConfig):
-        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+def _check_config(config: Any) -> None:
     if config.actors < 1:
         raise ConfigError(f"TrainConfig.actors must be >= 1 for the distributed program, got {config.actors}")
-    if resume and not config.agent.checkpoint:
-        raise ConfigError("cannot resume: DMPOConfig.checkpoint is False, so this run writes no checkpoints")
 
 
-def _check_options(config: TrainConfig, options: ProgramOptions) -> None:
+def _check_options(config: Any, options: ProgramOptions) -> None:
     calls = config.agent.learner.sgd_steps_per_call
     if options.max_learner_steps is not None and options.max_learner_steps % calls:
         raise ConfigError(f"ProgramOptions.max_learner_steps must be a multiple of "
@@ -102,26 +94,24 @@ def _check_options(config: TrainConfig, options: ProgramOptions) -> None:
 class DistributedProgram:
     """One distributed DMPO run on an initialised Ray cluster (see the module docstring).
 
-    `env_factory` (default: the config's task) is called with each node's seed; `network_factory`
-    (`env_spec -> DMPONetworks`, default: the config's networks) is used by every node.
+    `run` is an opened `dmpo.run.run.Run` (`Run(config, ...).open()`): its final config, prepared task
+    (each node calls the factory with its own seed), folder, checkpoint to continue from, schedule and
+    callbacks. `network_factory` (`env_spec -> DMPONetworks`, default: the config's networks) is used by
+    every node; `options` default to the run's `ClusterSettings.options`.
     """
 
-    def __init__(self, config: TrainConfig, *, run_dir: str | Path, options: ProgramOptions | None = None,
-                 env_factory: EnvironmentFactory | None = None, network_factory: NetworkFactory | None = None,
-                 resume: bool = False, use_gpu: bool | None = None,
-                 callbacks: Sequence[Callback] = ()) -> None:
-        _check_config(config, resume)
-        if env_factory is not None and not callable(env_factory):
-            raise TypeError(f"env_factory must be callable(seed) -> environment, got {env_factory!r}")
-        # The task is built, checked and pickled (and an 'auto' support resolved) before Ray starts.
-        self.config, self.env_factory = prepare_task(
-            config.resolved(), env_factory, distributed=True, saved=saved_config(run_dir) if resume else None)
-        config = self.config
-        self.run_dir = Path(run_dir)
+    def __init__(self, run: Any, *, options: ProgramOptions | None = None,
+                 network_factory: NetworkFactory | None = None, use_gpu: bool | None = None) -> None:
+        config = run.config
+        _check_config(config)
+        self.run = run
+        self.config = config
+        self.env_factory = run.env_factory
+        self.run_dir = Path(run.path)
         self.seed = config.seed
-        self.options = options or ProgramOptions()
+        self.options = options or run.cluster.options or ProgramOptions()
         _check_options(config, self.options)
-        self.resume = resume
+        self.resume = run.resume
         self._use_gpu = use_gpu
         self.learner: Any = None
         self.replay: Any = None
@@ -134,28 +124,27 @@ class DistributedProgram:
         self._learner_result: dict[str, Any] | None = None
         self._started_at: float | None = None
         self._settings: NodeSettings | None = None
-        self._run: Any = None
-        self.status: RunStatus | None = None  # dmpo.lifecycle.status, once the run directory is open
         self._health: HealthChecks | None = None
         self._save_ref: Any = None
         self._checkpoint_wanted = False  # a boundary passed while the previous checkpoint was written
         self._last_periodic_save: str | None = None
         self._last_save_time = 0.0
-        self.events = DriverEvents(self.run_dir, config, resume=resume, callbacks=callbacks)
+        self.events = DriverEvents(self.run_dir, config, callbacks=run.callbacks,
+                                   snapshot_metadata=run.snapshot_metadata,
+                                   checkpointed=run.schedule.checkpointed)
         self._pending: PendingNodes | None = None
-        # Checked here, before any cluster starts: the run directory and the environment.
-        self._latest_checkpoint = checkpoint_to_resume(self.run_dir, config, resume)
+        # Checked here, before any cluster starts: the checkpoint and the environment.
+        self._latest_checkpoint = run.checkpoint
         probe = self.env_factory(self.seed)
         self.builder = DMPOBuilder(config.agent, make_environment_spec(probe),
                                    network_factory=network_factory)
         probe.close()
         restored = restored_state(self._latest_checkpoint)
-        steps = restored.env_steps if restored is not None else 0
         self._wall_offset = restored.wall_seconds if restored is not None else 0.0
         self.rounds = EvaluationRounds(self._on_evaluation, held=lambda: self.events.stop_requested,
-                                       count=restored.evaluations if restored is not None else 0)
+                                       count=restored.evaluations if restored is not None else 0,
+                                       on_request=run.schedule.evaluated)
         self.nodes = ActingNodes(config, self.options, self.seed, on_evaluator=self.rounds.attach)
-        self._start_steps = steps  # where the run's schedule begins (dmpo.lifecycle.schedule)
         self.episode_returns: list[float] = []  # training episodes' returns not yet shown (status line)
         self._due_ref: Any = None  # the counter service's `take_due` call in flight
 
@@ -196,10 +185,9 @@ class DistributedProgram:
         evaluator = bool(config.eval_every or opts.evaluator_period_seconds is not None)
         # Before any node starts: Ray would leave a node it cannot place waiting, silently.
         demands = program_demands(actors=config.actors, evaluator=evaluator, use_gpu=use_gpu, options=opts)
-        # First: a refused run is marked failed in run.json.
-        self._run, replay_path = open_run_directory(self.run_dir, config, self.resume,
-                                                    self._latest_checkpoint)
-        self.status = RunStatus(self._run)
+        if self.resume:  # node log rows past the checkpoint would be logged twice
+            rewind_node_logs(self.run_dir, self._latest_checkpoint)
+        replay_path = replay_to_restore(self._latest_checkpoint, config)
         check_placement(demands, ray.cluster_resources())
         self._settings = NodeSettings(
             builder=self.builder, env_factory=self.env_factory, run_dir=str(self.run_dir), seed=self.seed,
@@ -208,12 +196,11 @@ class DistributedProgram:
         # The counters are the driver's: on a multi-node cluster, pin them to the driver's node, so that
         # losing a worker node (and the actors on it) never takes the run's counts with it.
         driver_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        # Videos stay the evaluator's own (it films after the round at or past each video boundary).
-        schedule = RunSchedule(total_steps=config.steps, eval_every=config.eval_every,
-                               checkpoint_every=config.checkpoint_every, start=self._start_steps,
-                               checkpoints=config.agent.checkpoint)
+        # The acting nodes check the run's schedule (a copy: the driver's is the `Run`'s) with the shared
+        # count at their episode ends; the counter service holds it (videos included: a round is filmed
+        # when its check says so, as in one process).
         self.counter = RemoteCounterService.options(scheduling_strategy=driver_node).remote(
-            schedule, evaluations=self.evaluations)
+            copy.deepcopy(self.run.schedule), evaluations=self.evaluations)
         replay_config = ReplayServiceConfig(
             seed=node_seed(self.seed, ROLE_REPLAY),
             max_concurrent_inserts=config.actors * opts.max_inserts_in_flight + 1,
@@ -230,12 +217,11 @@ class DistributedProgram:
         ray.get(self.counter.set_learner.remote(self.learner))  # before any actor checks the schedule
         self.nodes.start(self._settings, self.learner, self.replay, self.counter, evaluator=evaluator)
         self._pending = PendingNodes(self.nodes.placed_nodes, demands)
-        self.events.start(self._run)
+        self.events.start(self.run.folder)
         self._health = HealthChecks(
             {"learner": self.learner.ping.remote, "replay": self.replay.stats.remote,
              "counter": self.counter.get_counts.remote},
             startup_timeout=opts.startup_timeout_seconds, health_timeout=opts.health_timeout_seconds)
-        self.status.running()
 
     # ----------------------------------------------------------------------------------------- poll
 
@@ -293,9 +279,9 @@ class DistributedProgram:
         events = sorted((event for answer in answers for event in answer[0]), key=lambda event: event[1])
         for _, returns in answers:
             self.episode_returns.extend(returns)
-        for event, steps, refs in events:
+        for event, steps, refs, film in events:
             if event == "evaluation" and evaluations:
-                self.rounds.request(steps, refs)
+                self.rounds.request(steps, refs, film=film)
             elif event == "checkpoint":  # written already, at the boundary (counter_service)
                 self._last_save_time = time.monotonic()
                 try:
@@ -336,7 +322,7 @@ class DistributedProgram:
         return True
 
     def _check_critical_nodes(self) -> None:
-        """Non-blocking health checks (`dmpo.distributed.health`): answered, failed or overdue."""
+        """Non-blocking health checks (`dmpo.run.distributed.health`): answered, failed or overdue."""
         assert self._health is not None, "start() first"
         try:
             answers = self._health.poll()
@@ -360,12 +346,12 @@ class DistributedProgram:
     def save_snapshot(self, wait: bool = False) -> None:
         """Asks the learner for the policy snapshot (one at a time); `wait` for it to be written."""
         get_quietly(self._snapshot_ref, self.options.stop_timeout_seconds)
-        config = self.config
-        metadata = {"env": config.env, "pixels": config.pixels, "action_repeat": config.action_repeat}
-        self._snapshot_ref = self.learner.save_snapshot.remote(metadata)
+        # The learner adds its own counts (it knows the steps of the parameters it writes).
+        self._snapshot_ref = self.learner.save_snapshot.remote(self.run.snapshot_metadata())
         if wait:
             get_quietly(self._snapshot_ref, self.options.stop_timeout_seconds)
             self._snapshot_ref = None
+
     def evaluation_returns_since(self, start: int) -> list[float] | None:
         """The evaluator's returns after its first `start` episodes (None when it cannot answer now)."""
         if not self.nodes.evaluator_running:
@@ -389,13 +375,27 @@ class DistributedProgram:
 
     # ----------------------------------------------------------------------------------------- stop
 
-    def stop(self, status: str = "finished", reason: str | None = None) -> DistributedResult:
-        """Stops every node (module docstring) and returns the result; safe after a failure. `status`
-        and `reason` go to run.json; a learner whose final checkpoint fails makes it "failed"."""
-        left = _seconds_left(self.options.stop_timeout_seconds)  # after it: only what has answered
+    def settle(self) -> int:
+        """A finished run's last check points: acts on what the last episodes found due (checkpoints
+        written are reported; rounds are queued unless a callback stopped the run) and returns the
+        final environment steps, for the `Run`'s final events."""
+        timeout = self.options.stop_timeout_seconds
+        rounds = self.evaluator is not None and not self.events.stop_requested
+        self._take_due(timeout=None, evaluations=rounds, wait=lambda: timeout)
+        if self.counter is not None:  # the acting nodes' checks: a video boundary they passed
+            self.run.schedule.video_pending = bool(get_quietly(self.counter.video_pending.remote(), timeout))
+        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
+        return int((counts or self.counts).get("actor_steps", 0))
 
-        if status == "finished":  # before the learner records how many rounds were asked for
-            self._queue_final_evaluation(left())
+    def request_final_evaluation(self, steps: int, film: bool) -> None:
+        """Queues the final round the `Run` asked for (sent while the program stops)."""
+        if self.evaluator is not None:
+            self.rounds.request(steps, film=film)
+
+    def stop(self, status: str = "finished", reason: str | None = None) -> DistributedResult:
+        """Stops every node (module docstring) and returns the result; safe after a failure. The
+        result's status is `status`, or "failed" when the learner's final checkpoint failed."""
+        left = _seconds_left(self.options.stop_timeout_seconds)  # after it: only what has answered
         if self.learner is not None:  # the final checkpoint starts first: it is what a signal is for
             call_quietly(self.learner, "stop", self.evaluations)
             self._snapshot_ref = None
@@ -423,8 +423,6 @@ class DistributedProgram:
             kill(handle)
         if reason is None:
             reason = self.events.stop_reason  # a callback's stop (e.g. --stop-at-return)
-        if self.status is not None:
-            self.status.end(status, reason)
         result = DistributedResult(
             status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
             actors=sorted(self.nodes.actor_results, key=lambda r: r["index"]),
@@ -434,22 +432,7 @@ class DistributedProgram:
             wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
             resumed_from=(self._learner_result or {}).get("resumed_from"), stop_reason=reason,
             last_evaluation=self.events.last_evaluation)
-        if status == "finished":
-            self.events.end(dataclasses.asdict(result))
         return result
-
-    def _queue_final_evaluation(self, timeout: float) -> None:
-        """A finished run's last events: what the last episodes found due (checkpoints written are
-        reported; rounds only when no callback stopped the run) and the final round."""
-        rounds = (self.evaluator is not None and bool(self.config.eval_every)
-                  and not self.events.stop_requested)
-        self._take_due(timeout=None, evaluations=rounds, wait=lambda: timeout)
-        if not rounds:
-            return
-        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
-        final_step = int((counts or self.counts).get("actor_steps", 0))
-        if self.rounds.last_step != final_step:
-            self.rounds.request(final_step)  # the final evaluation, as in one process
 
     def _wait_for_learner(self, status: str, reason: str | None,
                           left: Any) -> tuple[str, str | None]:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dmpo.distributed import ray_internals
+from dmpo.run.distributed import ray_internals
 
 
 class PlacementError(RuntimeError):

@@ -27,11 +27,11 @@ from typing import Any
 
 import ray
 
-from dmpo.distributed.common import NodeSettings, make_node_logger
-from dmpo.distributed.counter_service import make_child_counter
-from dmpo.distributed.replay_client import RemoteTableSampler, TimedBatches
-from dmpo.distributed.variables import VariablePublisher
 from dmpo.lifecycle.checkpoints import CheckpointState
+from dmpo.run.distributed.common import NodeSettings, make_node_logger
+from dmpo.run.distributed.counter_service import make_child_counter
+from dmpo.run.distributed.replay_client import RemoteTableSampler, TimedBatches
+from dmpo.run.distributed.variables import VariablePublisher
 
 
 class _RemoteTable:

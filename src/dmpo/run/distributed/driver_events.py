@@ -11,7 +11,7 @@ monitoring passes, and this is where the user's callbacks run:
   the evaluator for a few rounds, so the best-policy callback can write them.
 * `on_checkpoint` once a checkpoint is written at a boundary or one the driver asked for (the
   learner's final one at `stop()` is not reported);
-* `on_train_start` in `start()`, `on_train_end` after a finished `stop()`.
+* `on_train_start` and `on_train_end` are the `Run`'s (`dmpo.run.run`), as in one process;
   `on_episode_end` is not called: episodes happen in the actor nodes.
 
 A tracker gets the rows the nodes write to their CSV logs (`CSVFollower`), so credentials stay in
@@ -22,24 +22,27 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from dmpo.distributed.common import get_quietly
-from dmpo.lifecycle.callbacks import Callback, CallbackList, RunEvents, default_callbacks
+from dmpo.lifecycle.callbacks import CallbackList
+from dmpo.run.distributed.common import get_quietly
 
 
 class DriverEvents:
     """Callbacks and the tracker of one distributed run (module docstring)."""
 
-    def __init__(self, run_dir: Path, config: Any, *, resume: bool, callbacks: Sequence[Callback]) -> None:
+    def __init__(self, run_dir: Path, config: Any, *, callbacks: CallbackList,
+                 snapshot_metadata: Callable[..., dict[str, Any]],
+                 checkpointed: Callable[[int], None] = lambda steps: None) -> None:
         self.config = config
         self.run_dir = run_dir
-        self.callbacks = CallbackList(RunEvents(run_dir, config, resumed=resume),
-                                      default_callbacks(config, callbacks))
+        self.callbacks = callbacks  # the Run's
+        self.snapshot_metadata = snapshot_metadata  # the Run's: what every snapshot records
+        self._checkpointed = checkpointed  # tells the Run's schedule
         self.last_evaluation: dict[str, Any] | None = None
         self._reported_save: Any = None
         self._tracker: Any = None
@@ -55,13 +58,12 @@ class DriverEvents:
         return self.callbacks.run.stop_reason
 
     def start(self, run: Any) -> None:
-        """Opens the tracker (continuing the run id in run.json) and calls `on_train_start`."""
+        """Opens the tracker (continuing the run id in run.json)."""
         from dmpo.reporting.trackers import CSVFollower, open_tracker
 
         self._tracker = open_tracker(self.config, run)
         self._follower = CSVFollower(self.run_dir) if self._tracker is not None else None
         self._videos_sent = {path.name for path in (self.run_dir / "videos").glob("step_*.mp4")}  # resumed
-        self.callbacks.on_train_start()
 
     def poll(self, save_ref: Any) -> None:
         """One monitoring pass: a written checkpoint, new log rows for the tracker."""
@@ -75,8 +77,7 @@ class DriverEvents:
         self.callbacks.on_evaluation(row, write_policy=write)
 
     def _write_round_policy(self, evaluator: Any, index: int, actor_steps: int, path: Path) -> Path:
-        metadata = {"env": self.config.env, "pixels": self.config.pixels,
-                    "action_repeat": self.config.action_repeat, "actor_steps": actor_steps}
+        metadata = self.snapshot_metadata(actor_steps=actor_steps)
         written = ray.get(evaluator.save_round_policy.remote(index, str(path), metadata))
         if written is None:
             raise RuntimeError(f"evaluation round {index}'s parameters are no longer kept")
@@ -101,6 +102,7 @@ class DriverEvents:
             state = json.loads((Path(path) / "state.json").read_text())
         except FileNotFoundError:  # retention removed it already: newer checkpoints were written since
             return
+        self._checkpointed(int(state["env_steps"]))
         self.callbacks.on_checkpoint({"path": path, "env_steps": int(state["env_steps"]),
                                       "learner_steps": int(state["learner_steps"])})
 
@@ -126,6 +128,3 @@ class DriverEvents:
         if self._tracker is not None:
             self._tracker.close()
             self._tracker = None
-
-    def end(self, summary: dict[str, Any]) -> None:
-        self.callbacks.on_train_end(summary)

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import ray
 
-from dmpo.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
-from dmpo.distributed.counter_service import make_child_counter
-from dmpo.distributed.replay_client import RemoteReplayWriter
-from dmpo.distributed.variables import AsyncVariableClient
+from dmpo.run.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
+from dmpo.run.distributed.counter_service import make_child_counter
+from dmpo.run.distributed.replay_client import RemoteReplayWriter
+from dmpo.run.distributed.variables import AsyncVariableClient
 from dmpo.utils.seeds import lockstep_env_seeds
 
 

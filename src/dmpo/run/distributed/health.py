@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from dmpo.distributed.node_errors import describe
+from dmpo.run.distributed.node_errors import describe
 
 
 class NodeDown(Exception):

@@ -74,18 +74,19 @@ class EvaluationRounds:
 
     `on_row(index, row)` is the driver's handling of each row; `held()` says whether a callback has
     asked the run to stop (then no further round is sent); `count` is the number of rounds a resumed
-    run had asked for already (it is checkpointed).
+    run had asked for already (it is checkpointed), so that each round's index in the run (its
+    environment's seed) goes on; `on_request(steps)` tells the run's schedule of each round asked for.
     """
 
     def __init__(self, on_row: Callable[[int, dict[str, Any]], None], held: Callable[[], bool],
-                 count: int = 0) -> None:
-        self._on_row, self._held = on_row, held
+                 count: int = 0, on_request: Callable[[int], None] = lambda steps: None) -> None:
+        self._on_row, self._held, self._on_request = on_row, held, on_request
         self.rows = EvaluationRows(self._received)
         self.evaluator: Any = None
         self.count = count  # rounds asked for in the whole run
         self.steps: list[int] = []  # env steps of the rounds asked for since this start, in order
         self.last_step: int | None = None
-        self._queue: list[tuple[int, list[Any]]] = []  # (env steps, [variables ref]), not yet sent
+        self._queue: list[tuple[int, list[Any], int, bool]] = []  # (steps, [variables ref], index, film)
         self._in_flight = 0  # sent to the current evaluator node, its row not back yet
         self._sent = 0  # requests sent to the current evaluator node (they are numbered)
 
@@ -95,25 +96,26 @@ class EvaluationRounds:
         self.rows.reset(evaluator)
         self._sent = self._in_flight = 0
 
-    def request(self, steps: int, variables: list[Any] | None = None) -> None:
+    def request(self, steps: int, variables: list[Any] | None = None, film: bool = False) -> None:
         """Queues a round labelled `steps`; `variables`: `[ref]` to the learner's variables of that
-        moment (empty or None: the evaluator takes the newest when the round starts)."""
+        moment (empty or None: the evaluator takes the newest when the round starts); `film`: filmed."""
         if self.evaluator is None:
             return
+        self._queue.append((steps, list(variables or []), self.count, film))
         self.count += 1
         self.last_step = steps
         self.steps.append(steps)
-        self._queue.append((steps, list(variables or [])))
+        self._on_request(steps)
         self.send()
 
     def send(self, everything: bool = False) -> None:
         """Sends the next round queued once the previous one's row is back (`everything`: all of them)."""
         while self._queue and self.evaluator is not None and (everything or (
                 not self._in_flight and not self._held())):
-            steps, variables = self._queue.pop(0)
+            steps, variables, index, film = self._queue.pop(0)
             # Numbered: the evaluator is a threaded actor, where Ray may run two calls sent back to
             # back in either order (a stop sends every queued round at once).
-            self.evaluator.request.remote(steps, variables, self._sent)
+            self.evaluator.request.remote(steps, variables, self._sent, index=index, film=film)
             self._sent += 1
             self._in_flight += 1
 

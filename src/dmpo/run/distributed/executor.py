@@ -1,0 +1,144 @@
+"""The Ray executor: a `Run` (`dmpo.run.run`) trained by a `DistributedProgram` on a Ray cluster.
+
+It starts (or joins) the cluster, starts the program, polls it about once a second while a progress
+line shows the shared counts and the evaluator's latest return, and always stops the program and the
+cluster it started. The `Run` decides the sequence (`dmpo.run.executor.Executor`): the acting nodes
+check the run's schedule at their episode ends (through the counter service); at the end the `Run`'s
+final events are asked of the program (`settle`, then the final round), which then stops the nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Any
+
+from dmpo.lifecycle.interrupts import interrupt_on_signals
+from dmpo.lifecycle.schedule import Due
+from dmpo.reporting.progress import Progress
+from dmpo.reporting.trackers import without_secrets
+from dmpo.run.distributed.cluster import ray_cluster
+from dmpo.run.distributed.options import DistributedResult
+from dmpo.run.distributed.program import DistributedProgram
+
+__all__ = ["RayExecutor"]
+
+
+class RayExecutor:
+    """Trains a `Run` on Ray (module docstring)."""
+
+    evaluates_while_stopping = False
+
+    def __init__(self, run: Any, *, network_factory: Any = None) -> None:
+        self.run = run
+        self._network_factory = network_factory
+        self._stack = contextlib.ExitStack()
+        self.program: DistributedProgram | None = None
+        self.result: DistributedResult | None = None
+        self._final_steps: int | None = None
+        self._bar: Progress | None = None
+        self._shown = _Shown()
+
+    def start(self) -> None:
+        run, cluster = self.run, self.run.cluster
+        # Built and checked before the cluster starts: the task, the checkpoint, the options.
+        self.program = DistributedProgram(run, options=cluster.options, network_factory=self._network_factory)
+        with without_secrets():  # Ray's processes inherit the environment they are started from
+            self._stack.enter_context(ray_cluster(cluster.address, num_cpus=cluster.num_cpus,
+                                                  keep_files=cluster.keep_ray_logs))
+        self._stack.enter_context(interrupt_on_signals())  # Ray installs its own handler
+        self.program.start()
+        # As in one process: the live line only with `progress`, evaluation lines always.
+        self._bar = self._stack.enter_context(Progress(run.config.steps, enabled=not run.quiet,
+                                                       live=run.progress))
+
+    def train(self) -> None:
+        program, on_poll = self.program, self.run.cluster.on_poll
+        assert program is not None
+        while not program.poll():
+            self._show()
+            if on_poll is not None:
+                on_poll(program)
+            time.sleep(program.options.poll_seconds)
+        self._show()
+        self._final_steps = program.settle()
+
+    def env_steps(self) -> int:
+        if self._final_steps is not None:
+            return self._final_steps
+        if self.result is not None:
+            return int(self.result.counts.get("actor_steps", 0))
+        return int(self.program.counts.get("actor_steps", 0)) if self.program is not None else 0
+
+    def evaluate(self, film: bool) -> None:
+        """The final round, labelled with the final env steps; it runs while the nodes stop."""
+        assert self.program is not None
+        self.program.request_final_evaluation(self.env_steps(), film=film)
+
+    def finish(self, final: Due) -> tuple[str, str | None]:
+        del final  # the learner writes the final checkpoint when it stops, unless it holds these steps
+        result = self._stop("finished")
+        return result.status, result.stop_reason if result.status != "finished" else None
+
+    def interrupted(self) -> None:
+        if self.result is None:
+            self._stop("interrupted")
+
+    def close(self, failed: bool = False) -> None:
+        try:
+            if self.result is None and self.program is not None:
+                self._stop("failed" if failed else "interrupted")
+        finally:
+            self._stack.close()
+
+    def summary(self) -> dict[str, Any]:
+        result = self.result
+        if result is None:
+            return {"env_steps": 0, "last_eval": None, "counts": {}}
+        last = result.last_evaluation or (result.evaluation_rows[-1] if result.evaluation_rows else None)
+        return {"env_steps": int(result.counts.get("actor_steps", 0)), "last_eval": last,
+                "counts": result.counts, "wall_seconds": result.wall_seconds, "result": result}
+
+    def _stop(self, status: str) -> DistributedResult:
+        assert self.program is not None
+        self.result = self.program.stop(status)
+        # The final evaluation round runs while the program stops.
+        returns = [value for _, value in self.result.evaluator_returns][self._shown.episodes:]
+        if self._bar is not None:
+            _show_rounds(self.program, self._bar, self._shown, returns)
+        return self.result
+
+    def _show(self) -> None:
+        """Updates the status line from the shared counts and prints finished evaluation rounds."""
+        program, bar = self.program, self._bar
+        assert program is not None and bar is not None
+        counts = program.counts
+        returns = program.evaluation_returns_since(self._shown.episodes)
+        if returns:
+            _show_rounds(program, bar, self._shown, returns)
+        returns, program.episode_returns[:] = list(program.episode_returns), []
+        for value in returns[:-1]:  # each episode's return, as one process records them
+            bar.update(last_return=value)
+        bar.update(env_steps=int(counts.get("actor_steps", 0)), episodes=int(counts.get("actor_episodes", 0)),
+                   last_return=returns[-1] if returns else None,
+                   learner_steps=int(counts.get("learner_steps", 0)))
+
+
+@dataclasses.dataclass
+class _Shown:
+    """How many evaluation episodes and rounds the driver has printed."""
+
+    episodes: int = 0
+    rounds: int = 0
+
+
+def _show_rounds(program: DistributedProgram, bar: Any, shown: _Shown, returns: list[float]) -> None:
+    """Prints each complete round of `eval_episodes` returns as one evaluation line."""
+    per_round = max(program.config.eval_episodes, 1)
+    while len(returns) >= per_round:
+        steps = program.evaluation_steps
+        bar.evaluation(steps[shown.rounds] if shown.rounds < len(steps) else None, returns[:per_round])
+        shown.rounds += 1
+        shown.episodes += per_round
+        returns = returns[per_round:]
