@@ -195,8 +195,8 @@ def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_
     import dataclasses
     import errno
 
-    from dmpo.agent.environment_loop import local
     from dmpo.envs import FakeEnvironment
+    from dmpo.run import local
     from test_agent import reach_config, tiny_config
 
     def full_disk(self, step, *args, **kwargs):
@@ -222,8 +222,8 @@ def test_a_failing_interrupt_time_save_leaves_status_failed_with_the_reason(tmp_
 def test_a_run_interrupted_before_its_first_checkpoint_resumes_from_step_zero(tmp_path, monkeypatch):
     import dataclasses
 
-    from dmpo.agent.environment_loop import local
     from dmpo.envs import FakeEnvironment
+    from dmpo.run import local
     from test_agent import reach_config, tiny_config
 
     config = dataclasses.replace(reach_config(60), eval_every=30, agent=tiny_config())
