@@ -2,7 +2,7 @@
 
 Two parts, in one run so that the ratios see the same machine load:
 
-* learner off (pure acting): `BatchedActor` + `VectorEnvironmentLoop` + one n-step adder per
+* learner off (pure acting): `BatchedActor` + `EnvironmentLoop` + one n-step adder per
   environment into a real replay table, default networks, for states and for pixels (84×84, frame
   stack 3, IMPALA torso). Each N runs one whole episode per environment (dm_control episodes have
   a fixed length, so all environments end together) after one untimed policy call that compiles.
@@ -13,7 +13,7 @@ Two parts, in one run so that the ratios see the same machine load:
   on the preset's schedule (control: one update per 8 env steps, fast: 4 per 8).
 
 Columns: env steps/s, its ratio to N = 1 of the same row group, and the policy call's share of the
-loop's time (`VectorEnvironmentLoop.select_seconds` / wall time; the rest is `env.step`, the adders
+loop's time (`EnvironmentLoop.select_seconds` / wall time; the rest is `env.step`, the adders
 and replay). With the learner on, JAX dispatches each update asynchronously and the next policy
 call waits for the parameters it produces, so that share also holds the learner's time.
 
@@ -33,11 +33,12 @@ import numpy as np
 
 from dmpo.agent.acting import stack_observations
 from dmpo.agent.builder import DMPOBuilder
-from dmpo.agent.vector_loop import VectorEnvironmentLoop, lockstep_env_seeds
+from dmpo.agent.environment_loop import EnvironmentLoop
 from dmpo.config import AGENT_PRESETS, TrainConfig
 from dmpo.envs import make, make_environment_spec
 from dmpo.reporting.logging import NoOpLogger
 from dmpo.utils.counting import Counter
+from dmpo.utils.seeds import lockstep_env_seeds
 
 
 def _close(environments) -> None:
@@ -63,7 +64,7 @@ def pure_acting(task: str, num_envs: int, pixels: bool, seed: int = 0) -> tuple[
                                adders=builder.make_adders(table, num_envs))
     first = [environment.reset() for environment in environments]
     actor.select_actions(stack_observations([ts.observation for ts in first]))  # compiles; not timed
-    loop = VectorEnvironmentLoop(environments, actor, Counter(time_delta=0.0), NoOpLogger())
+    loop = EnvironmentLoop(environments, actor, Counter(time_delta=0.0), NoOpLogger())
     start = time.perf_counter()
     steps = loop.run(num_steps=1)  # stops at the first episode end: all end together on dm_control
     elapsed = time.perf_counter() - start
@@ -80,10 +81,10 @@ def learning(task: str, num_envs: int, preset: str, timed_steps: int, seed: int 
     agent = DMPO(make_environment_spec(environments[0]), agent_config, seed=seed, num_envs=num_envs)
     counter = Counter(time_delta=0.0)
     try:
-        warm = VectorEnvironmentLoop(environments, agent, counter, NoOpLogger())
+        warm = EnvironmentLoop(environments, agent, counter, NoOpLogger())
         while agent.num_observations < agent_config.min_observations + 64:
             warm.run(num_steps=1)  # whole episodes: replay filled, the update compiled
-        loop = VectorEnvironmentLoop(environments, agent, counter, NoOpLogger())
+        loop = EnvironmentLoop(environments, agent, counter, NoOpLogger())
         start = time.perf_counter()
         steps = loop.run(num_steps=timed_steps)
         elapsed = time.perf_counter() - start

@@ -18,7 +18,7 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboardX import SummaryWriter
 
-from dmpo.reporting.logging import event_file_suffix
+from dmpo.reporting.rewind import event_file_suffix
 
 try:
     from tbparse import SummaryReader

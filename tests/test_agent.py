@@ -65,15 +65,9 @@ def test_agent_runs_learner_steps_on_schedule(batch_size, spi, expected_at):
     agent = DMPO(make_environment_spec(env), config, seed=0, counter=counter)
     steps_at = []
 
-    class Recorder:
-        def select_action(self, observation):
-            return agent.select_action(observation)
-
-        def observe_first(self, timestep):
-            agent.observe_first(timestep)
-
-        def observe(self, action, next_timestep):
-            agent.observe(action, next_timestep)
+    class Recorder:  # the agent, with its update() calls recorded
+        def __getattr__(self, name):
+            return getattr(agent, name)
 
         def update(self, wait=False):
             before = counter.get_counts().get("steps", 0)
@@ -292,8 +286,8 @@ def test_save_and_load_continue_with_the_same_actions_and_updates(tmp_path):
     def next_episode(agent):  # the actions and the learner state after one more episode
         actions = []
         loop = EnvironmentLoop(env(), agent, logger=NoOpLogger())
-        select = agent.select_action
-        agent.select_action = lambda obs: actions.append(select(obs)) or actions[-1]
+        select = agent.select_actions
+        agent.select_actions = lambda obs: actions.append(select(obs)[0]) or actions[-1][None]
         loop.run(num_episodes=1)
         return actions, jax.tree_util.tree_leaves(agent.learner.save_state())
 

@@ -147,3 +147,32 @@ def test_run_config_fields_a_mode_cannot_honour_fail_at_start(tmp_path):
     with pytest.raises(ConfigError, match="checkpoint"):
         train(no_checkpoints, tmp_path / "run", resume=True, env_factory=FACTORIES["states"])
     assert [next_boundary(s, 3) for s in (0, 2, 3, 10)] == [3, 3, 6, 12]
+
+
+def test_evaluation_actor_acts_with_the_mean_of_the_parameters_it_last_read():
+    import jax
+
+    from dmpo.agent.networks import PolicyParams, init_params
+
+    spec = make_environment_spec(FACTORIES["states"](0))
+    builder = DMPOBuilder(TINY, spec)
+
+    def policy_params(seed):
+        params = init_params(builder.networks, spec, jax.random.PRNGKey(seed))
+        return PolicyParams(params.observation, params.policy)
+
+    def mean(params, observation):  # the Gaussian head's mean, computed here for one observation
+        return np.asarray(builder.networks.apply_policy(params, observation[None])[0][0])
+
+    source = [policy_params(1)]
+    actor = builder.make_evaluation_actor(lambda: source[0])
+    observation = np.array([0.5, -1.0, 2.0], np.float32)
+    first = actor.select_action(observation)
+    np.testing.assert_allclose(first, mean(source[0], observation), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(actor.select_action(observation), first)  # no noise: the same action
+    source[0] = policy_params(2)
+    np.testing.assert_array_equal(actor.select_action(observation), first)  # not read before update()
+    actor.update()
+    np.testing.assert_allclose(actor.select_action(observation), mean(source[0], observation),
+                               rtol=1e-6, atol=1e-6)
+    assert not np.allclose(actor.select_action(observation), first)

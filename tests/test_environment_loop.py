@@ -1,10 +1,7 @@
-"""Environment loop (episode rows, counts, update calls, stopping) and evaluation with video."""
+"""The environment loop (episode rows, counts, call order, stopping, lockstep environments) and evaluation
+with video."""
 
 from __future__ import annotations
-
-import os
-
-os.environ.setdefault("MUJOCO_GL", "egl")
 
 import dm_env
 import imageio.v3 as iio
@@ -12,7 +9,7 @@ import numpy as np
 import pytest
 from dm_env import specs
 
-from dmpo.agent.environment_loop import EnvironmentLoop, default_render, evaluate
+from dmpo.agent.environment_loop import EnvironmentLoop, evaluate
 from dmpo.reporting.logging import NoOpLogger
 from dmpo.utils.counting import Counter
 
@@ -64,25 +61,29 @@ def expected_return(episode: int, length: int) -> float:
     return sum(episode + t / 4 for t in range(1, length + 1))
 
 
-class RecordingActor:
+class RecordingAgent:
+    """The loop's agent (`dmpo.agent.environment_loop.Agent`), recording its calls; acts with each
+    observation's step count / 10."""
+
     def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.first_observations: list[np.ndarray] = []
+        self.calls: list[tuple] = []
 
-    def select_action(self, observation):
-        self.calls.append("select")
-        return np.array([observation[1] / 10], np.float32)
+    def select_actions(self, observations):
+        self.calls.append(("select", len(observations)))
+        return (observations[:, 1:2] / 10).astype(np.float32)
 
-    def observe_first(self, timestep):
+    def observe_first(self, timestep, env=0):
         assert timestep.first()
-        self.calls.append("first")
-        self.first_observations.append(timestep.observation)
+        self.calls.append(("first", env))
 
-    def observe(self, action, next_timestep):
-        self.calls.append("observe")
+    def observe(self, action, next_timestep, env=0):
+        self.calls.append(("observe", env))
+
+    def drop_episode(self, env):
+        self.calls.append(("drop", env))
 
     def update(self, wait: bool = False):
-        self.calls.append("update")
+        self.calls.append(("update",))
 
 
 class ListLogger:
@@ -96,62 +97,55 @@ class ListLogger:
         pass
 
 
-class StepCountObserver:
-    def observe_first(self, environment, timestep):
-        self.n = 0
-
-    def observe(self, environment, timestep, action):
-        self.n += 1
-
-    def get_metrics(self):
-        return {"observed_steps": self.n}
-
-
 def test_episode_row_keys_return_and_counts():
-    env, actor, logger = FakeEnv(lengths=(4,)), RecordingActor(), ListLogger()
-    loop = EnvironmentLoop(env, actor, Counter(), logger, observers=[StepCountObserver()])
-    result = loop.run_episode()
-    assert EPISODE_KEYS | {"episodes", "steps", "observed_steps"} == set(result)
-    assert result["episode_length"] == 4 and result["observed_steps"] == 4
-    assert result["episode_return"] == pytest.approx(expected_return(0, 4))
-    assert isinstance(result["episode_return"], float)
-    assert result["episodes"] == 1 and result["steps"] == 4
-    assert result["steps_per_second"] > 0 and result["episode_duration"] >= result["env_step_duration_sec"]
-    assert logger.rows == []  # run_episode alone does not log
+    env, logger = FakeEnv(lengths=(4,)), ListLogger()
+    assert EnvironmentLoop(env, RecordingAgent(), Counter(), logger).run(num_episodes=1) == 4
+    [row] = logger.rows
+    assert EPISODE_KEYS | {"episodes", "steps"} == set(row)  # one environment: no env_index
+    assert row["episode_length"] == 4
+    assert row["episode_return"] == pytest.approx(expected_return(0, 4))
+    assert isinstance(row["episode_return"], float)
+    assert row["episodes"] == 1 and row["steps"] == 4
+    assert row["steps_per_second"] > 0 and row["episode_duration"] >= row["env_step_duration_sec"]
+    np.testing.assert_allclose(env.actions, [[0.0], [0.1], [0.2], [0.3]])  # the agent's actions
 
 
 def test_call_order_one_update_per_env_step():
-    actor = RecordingActor()
-    EnvironmentLoop(FakeEnv(lengths=(2,)), actor, logger=NoOpLogger()).run_episode()
-    assert actor.calls == ["first"] + ["select", "observe", "update"] * 2
-    actor = RecordingActor()
-    EnvironmentLoop(FakeEnv(lengths=(2,)), actor, logger=NoOpLogger(), should_update=False).run_episode()
-    assert "update" not in actor.calls
+    agent = RecordingAgent()
+    EnvironmentLoop(FakeEnv(lengths=(2,)), agent, logger=NoOpLogger()).run(num_episodes=1)
+    assert agent.calls == [("first", 0)] + [("select", 1), ("observe", 0), ("update",)] * 2
+    agent = RecordingAgent()
+    loop = EnvironmentLoop(FakeEnv(lengths=(2,)), agent, logger=NoOpLogger(), should_update=False)
+    loop.run(num_episodes=1)
+    assert ("update",) not in agent.calls
 
 
 def test_run_num_steps_finishes_the_last_episode():
-    env, actor, logger = FakeEnv(lengths=(4,)), RecordingActor(), ListLogger()
-    steps = EnvironmentLoop(env, actor, logger=logger).run(num_steps=10)
+    env, agent, logger = FakeEnv(lengths=(4,)), RecordingAgent(), ListLogger()
+    steps = EnvironmentLoop(env, agent, logger=logger).run(num_steps=10)
     assert steps == 12  # 3 whole episodes of 4 steps: the third crosses 10 and is finished
     assert [row["episode_length"] for row in logger.rows] == [4, 4, 4]
     assert [row["steps"] for row in logger.rows] == [4, 8, 12]
-    assert actor.calls.count("update") == 12
+    assert agent.calls.count(("update",)) == 12
+    assert agent.calls.count(("first", 0)) == 3 and not any(call[0] == "drop" for call in agent.calls)
 
 
 def test_run_num_episodes_counts_on_a_child_counter_and_logs_each():
     root = Counter()
     env, logger = FakeEnv(lengths=(1, 2, 3)), ListLogger()
-    loop = EnvironmentLoop(env, RecordingActor(), Counter(root, "actor", time_delta=0.0), logger)
+    loop = EnvironmentLoop(env, RecordingAgent(), Counter(root, "actor", time_delta=0.0), logger)
     assert loop.run(num_episodes=3) == 6
     assert root.get_counts() == {"actor_episodes": 3, "actor_steps": 6}
     assert [row["actor_steps"] for row in logger.rows] == [1, 3, 6]
     assert [row["episode_return"] for row in logger.rows] == pytest.approx(
         [expected_return(e, n) for e, n in enumerate((1, 2, 3))])
+    assert loop.run(num_episodes=1) == 1  # a second run counts its own episodes, on the same counter
+    assert root.get_counts() == {"actor_episodes": 4, "actor_steps": 7}
 
 
 def test_stop_hooks_and_episode_callback():
     seen: list[int] = []
-    loop = EnvironmentLoop(FakeEnv(lengths=(2,)), RecordingActor(), logger=NoOpLogger(),
+    loop = EnvironmentLoop(FakeEnv(lengths=(2,)), RecordingAgent(), logger=NoOpLogger(),
                            should_stop=lambda: len(seen) >= 2,
                            on_episode_end=lambda row: seen.append(row["episodes"]))
     assert loop.run() == 4
@@ -160,7 +154,7 @@ def test_stop_hooks_and_episode_callback():
     def stop_after_first(row):
         loop2.request_stop()
 
-    loop2 = EnvironmentLoop(FakeEnv(lengths=(2,)), RecordingActor(), logger=NoOpLogger(),
+    loop2 = EnvironmentLoop(FakeEnv(lengths=(2,)), RecordingAgent(), logger=NoOpLogger(),
                             on_episode_end=stop_after_first)
     assert loop2.run(num_episodes=5) == 2
 
@@ -171,18 +165,41 @@ def test_nested_rewards_are_summed_per_leaf():
             ts = super().step(action)
             return ts._replace(reward={"a": ts.reward, "b": np.array([1.0, 2.0], np.float32)})
 
-    result = EnvironmentLoop(DictRewardEnv(lengths=(3,)), RecordingActor(), logger=NoOpLogger()).run_episode()
-    assert result["episode_return"]["a"] == pytest.approx(expected_return(0, 3))
-    np.testing.assert_allclose(result["episode_return"]["b"], [3.0, 6.0])
+    logger = ListLogger()
+    EnvironmentLoop(DictRewardEnv(lengths=(3,)), RecordingAgent(), logger=logger).run(num_episodes=1)
+    [row] = logger.rows
+    assert row["episode_return"]["a"] == pytest.approx(expected_return(0, 3))
+    np.testing.assert_allclose(row["episode_return"]["b"], [3.0, 6.0])
 
 
 def test_run_rejects_bad_arguments():
-    loop = EnvironmentLoop(FakeEnv(), RecordingActor(), logger=NoOpLogger())
+    loop = EnvironmentLoop(FakeEnv(), RecordingAgent(), logger=NoOpLogger())
     with pytest.raises(ValueError, match="at most one"):
         loop.run(num_episodes=1, num_steps=1)
     with pytest.raises(ValueError, match="num_steps"):
         loop.run(num_steps=-1)
+    with pytest.raises(ValueError, match="num_episodes"):
+        loop.run(num_episodes=1.0)
     assert loop.run(num_episodes=0) == 0
+    with pytest.raises(ValueError, match="at least one environment"):
+        EnvironmentLoop([], RecordingAgent())
+
+
+def test_lockstep_environments_end_apart_and_a_stop_drops_the_unfinished_episodes():
+    envs = [FakeEnv(lengths=(2,)), FakeEnv(lengths=(3,))]
+    agent, logger = RecordingAgent(), ListLogger()
+    steps = EnvironmentLoop(envs, agent, Counter(), logger).run(num_episodes=3)
+    # Lockstep steps 1..4: environment 0 ends at 2 and 4, environment 1 at 3; the third episode end
+    # (step 4) stops the run with environment 1 one step into its second episode.
+    assert steps == 2 * 4
+    assert [(row["env_index"], row["episode_length"], row["steps"]) for row in logger.rows] == [
+        (0, 2, 4), (1, 3, 6), (0, 2, 8)]
+    assert [row["episode_return"] for row in logger.rows] == pytest.approx(
+        [expected_return(0, 2), expected_return(0, 3), expected_return(1, 2)])
+    step = [("select", 2), ("observe", 0), ("update",), ("observe", 1), ("update",)]
+    assert agent.calls == ([("first", 0), ("first", 1)] + step * 2 + [("first", 0)] + step
+                           + [("first", 1)] + step + [("drop", 1)])
+    np.testing.assert_allclose(envs[1].actions, [[0.0], [0.1], [0.2], [0.0]])  # row 1 of each batch
 
 
 # ------------------------------------------------------------------------------------------- evaluation
@@ -240,17 +257,3 @@ def test_evaluate_rejects_bad_arguments(tmp_path):
 
     with pytest.raises(TypeError, match="seed"):
         evaluate(NoSeed(), policy, 1, seed=1)
-
-
-def test_default_render_walks_wrappers_to_dm_control_physics():
-    from dm_control import suite
-
-    class Wrapper:
-        def __init__(self, environment):
-            self._environment = environment
-
-    env = suite.load("cartpole", "balance", task_kwargs={"time_limit": 0.03, "random": 0})
-    frame = default_render(Wrapper(env))
-    assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8 and frame.std() > 0
-    with pytest.raises(TypeError, match="render_fn"):
-        default_render(object())

@@ -9,7 +9,8 @@ import tree
 from dm_env import specs
 
 from dmpo.replay import BatchedWriter, MinSize, NStepTransitionAdder, Table, transition_signature
-from dmpo.replay.frames import FrameStackTable, join_frames, split_stacks
+from dmpo.replay.frame_storage import join_frames, split_stacks
+from dmpo.replay.frames import FrameStackTable
 from dmpo.types import EnvironmentSpec
 
 pytestmark = pytest.mark.timeout(120)
@@ -205,9 +206,9 @@ def test_configuration_errors():
 
 def test_hash_collisions_only_cost_comparisons(monkeypatch):
     """With every frame hashing alike, full comparisons must still keep distinct frames apart."""
-    import dmpo.replay.frames as frames_module
+    import dmpo.replay.frame_storage as storage_module
 
-    monkeypatch.setattr(frames_module, "_crcs", lambda frames: [0] * (frames.size // (H * W * C)))
+    monkeypatch.setattr(storage_module, "_crcs", lambda frames: [0] * (frames.size // (H * W * C)))
     env = FakePixelEnv(LENGTHS[:6], seed=9)
     signature = transition_signature(env_spec(env))
     naive, frames = Table(signature, 12, MinSize(1)), FrameStackTable(signature, 12, MinSize(1))

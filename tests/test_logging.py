@@ -314,7 +314,8 @@ def test_progress_rejects_bad_total():
 
 
 def test_rewind_csv_drops_rows_past_the_step_and_a_torn_line(tmp_path):
-    from dmpo.reporting.logging import CSVLogger, rewind_csv
+    from dmpo.reporting.logging import CSVLogger
+    from dmpo.reporting.rewind import rewind_csv
 
     logger = CSVLogger(tmp_path, "loop")
     for step in (100, 200, 300, 400):
@@ -331,7 +332,8 @@ def test_rewind_csv_drops_rows_past_the_step_and_a_torn_line(tmp_path):
 
 
 def test_rewind_of_tensorboard_events_shows_each_step_once(tmp_path):
-    from dmpo.reporting.logging import TensorBoardLogger, rewind_logs
+    from dmpo.reporting.logging import TensorBoardLogger
+    from dmpo.reporting.rewind import rewind_logs
     from tensorboard_events import shown_scalars
 
     first = TensorBoardLogger(tmp_path, "learner", step_key="learner_steps")

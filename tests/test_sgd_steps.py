@@ -246,15 +246,9 @@ def test_sync_agent_runs_due_steps_in_calls_of_k_and_carries_the_rest(k):
     agent = DMPO(make_environment_spec(env), config, seed=0, counter=counter)
     due_total = 0
 
-    class Recorder:
-        def select_action(self, observation):
-            return agent.select_action(observation)
-
-        def observe_first(self, timestep):
-            agent.observe_first(timestep)
-
-        def observe(self, action, next_timestep):
-            agent.observe(action, next_timestep)
+    class Recorder:  # the agent, with each update() call checked
+        def __getattr__(self, name):
+            return getattr(agent, name)
 
         def update(self, wait=False):
             nonlocal due_total

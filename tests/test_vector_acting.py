@@ -20,7 +20,6 @@ from acting_reference import REFERENCE_FILE, cpu_model, fake_factory, learner_va
 from dmpo.agent.acting import BatchedActor
 from dmpo.agent.environment_loop import EnvironmentLoop
 from dmpo.agent.networks import PolicyParams, init_params, make_networks
-from dmpo.agent.vector_loop import VectorEnvironmentLoop
 from dmpo.config import ConfigError, DMPOConfig, LearnerConfig, NetworkConfig, TrainConfig
 from dmpo.envs import FakeEnvironment, make_environment_spec
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
@@ -70,6 +69,17 @@ def fake(index: int) -> FakeEnvironment:
                            episode_length=LENGTHS[index], terminate=index != 1, seed=100 + index)
 
 
+def act_alone(environment, actor, num_episodes: int) -> None:
+    """The reference: whole episodes of one environment, one action at a time (no lockstep loop)."""
+    for _ in range(num_episodes):
+        timestep = environment.reset()
+        actor.observe_first(timestep)
+        while not timestep.last():
+            action = actor.select_action(timestep.observation)
+            timestep = environment.step(action)
+            actor.observe(action, timestep)
+
+
 def stream_seed(seed: int, index: int) -> int:
     """Restated from `acting.env_keys`: environment 0 keeps the seed, i > 0 SeedSequence([seed, i])."""
     return seed if index == 0 else int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
@@ -91,8 +101,8 @@ def test_each_environment_writes_what_a_separate_single_environment_run_would(po
                          adders=[NStepTransitionAdder(w, N_STEP, 0.9) for w in writers])
     counter = Counter(time_delta=0.0)
     rows = []
-    loop = VectorEnvironmentLoop([fake(i) for i in range(len(LENGTHS))], actor, counter, NoOpLogger(),
-                                 on_episode_end=rows.append)
+    loop = EnvironmentLoop([fake(i) for i in range(len(LENGTHS))], actor, counter, NoOpLogger(),
+                           on_episode_end=rows.append)
     steps = loop.run(num_steps=30)
     lockstep = steps // len(LENGTHS)
     assert steps == lockstep * len(LENGTHS) and counter.get_counts()["steps"] == steps
@@ -105,7 +115,7 @@ def test_each_environment_writes_what_a_separate_single_environment_run_would(po
         writer = ListWriter()
         single = BatchedActor(networks, lambda: params, seed=stream_seed(5, index),
                               adders=[NStepTransitionAdder(writer, N_STEP, 0.9)])
-        EnvironmentLoop(fake(index), single, logger=NoOpLogger()).run(num_episodes=lockstep // length + 1)
+        act_alone(fake(index), single, lockstep // length + 1)
         per_episode = length + N_STEP - 1 if length >= N_STEP else 2 * length - 1
         assert len(writers[index].items) >= per_episode * (lockstep // length)
         assert len(writers[index].items) <= len(writer.items)
@@ -191,7 +201,7 @@ def test_pixel_environments_each_feed_the_frame_deduplicating_table():
     counter = Counter(time_delta=0.0)
     with DMPO(make_environment_spec(environments[0]), config, seed=0, counter=counter, num_envs=3) as agent:
         assert isinstance(agent.table, FrameStackTable)
-        VectorEnvironmentLoop(environments, agent, logger=NoOpLogger()).run(num_steps=1)
+        EnvironmentLoop(environments, agent, logger=NoOpLogger()).run(num_steps=1)
         stats = agent.table.stats()
         assert stats.size == 3 * (125 + 3 - 1)  # three whole episodes, one adder each
         assert counter.get_counts()["steps"] == 3 * 125 - 100 + 1  # the schedule counts env steps

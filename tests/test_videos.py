@@ -1,4 +1,5 @@
-"""Cameras of videos: a tracking camera by default, a named or numbered one on request, clear errors."""
+"""Cameras of videos: a tracking camera by default, a named or numbered one on request, clear errors;
+the default render behind an environment's wrappers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 
 from dmpo.envs import EnvError, make
+from dmpo.envs.rendering import default_render, wrapper_chain
 from dmpo.lifecycle.videos import camera_render_fn, parse_camera, video_path
 
 
@@ -51,3 +53,30 @@ def test_dm_control_camera_by_name_or_index():
     assert not np.array_equal(camera_render_fn("back")(env), side)
     with pytest.raises(EnvError, match="no camera 'top'"):
         camera_render_fn("top")(env)
+
+
+def test_default_render_walks_wrappers_to_dm_control_physics():
+    from dm_control import suite
+
+    class Wrapper:
+        def __init__(self, environment):
+            self._environment = environment
+
+    env = suite.load("cartpole", "balance", task_kwargs={"time_limit": 0.03, "random": 0})
+    frame = default_render(Wrapper(env))
+    assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8 and frame.std() > 0
+    with pytest.raises(TypeError, match="render_fn"):
+        default_render(object())
+
+
+def test_wrapper_chain_ends_at_a_layer_met_before_and_at_max_depth():
+    class Layer:
+        def __init__(self, inner=None):
+            self.env = inner
+
+    inner = Layer()
+    outer = Layer(Layer(inner))
+    assert wrapper_chain(outer) == [outer, outer.env, inner]
+    inner.env = outer  # a cycle
+    assert wrapper_chain(outer) == [outer, outer.env, inner]
+    assert wrapper_chain(outer, max_depth=2) == [outer, outer.env]

@@ -1,5 +1,5 @@
 """The algorithm: the single-process agent (`core.DMPO`), its parts (networks, losses, learning,
-acting, builder), the loops that act in environments, and trained policies outside training
+acting, builder), the environment loop and evaluation, and trained policies outside training
 (`policies`: snapshots, loading, export). Nothing here knows about run folders or Ray.
 
 Imported lazily, so that `dmpo.agent.<module>` does not build the whole agent.

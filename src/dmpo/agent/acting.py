@@ -1,17 +1,17 @@
-"""Acting: jitted policy functions and the actor that feeds the n-step adder (algorithm.md §3, §7.2).
+"""Acting: the jitted policies and the actors of training and evaluation (algorithm.md §3, §7.2).
 
-The behaviour policy samples from the Gaussian; the evaluation policy takes its mean. Both run the
-observation network and the policy on one observation (a batch dimension is added and removed
-inside the jitted function). Actions are *not* clipped here: the environment wrapper clips them and
-the replay keeps the raw sample, which the MPO action penalty needs to see (algorithm.md §8.2 item 12).
+The behaviour policy samples from the Gaussian; the evaluation policy takes its mean. Actions are
+*not* clipped here: the environment wrapper clips them and the replay keeps the raw sample, which the
+MPO action penalty needs to see (algorithm.md §8.2 item 12).
 
 Randomness is `fold_in(key, step)`: an actor's stream depends only on its seed and how many actions
 it has taken, so a resumed run draws the same actions as an uninterrupted one.
 
 `BatchedActor` is the behaviour actor of training in both modes: it acts for N environments stepped
 in lockstep with one jitted policy call per step, and keeps one random stream and one n-step adder
-per environment. Environment 0's stream is the one a single-environment actor of the same seed
-draws (`env_keys`), so N = 1 is bit-identical to acting one environment at a time.
+per environment. Environment 0's stream is `PRNGKey(seed)` (`env_keys`), and each row draws noise
+of the shape a single-observation call draws, so N = 1 is bit-identical to acting one environment at
+a time. `EvaluationActor` acts with the mean for the distributed evaluator.
 """
 
 from __future__ import annotations
@@ -28,33 +28,24 @@ import tree
 from dmpo.agent.networks import DMPONetworks, PolicyParams
 from dmpo.config import MAX_NUM_ENVS
 
-PolicyFn = Callable[[PolicyParams, jax.Array, Any, Any], jax.Array]
 ParamsSource = Callable[[], PolicyParams]
-
 
 
 def stack_observations(observations: Sequence[Any]) -> Any:
     """N (possibly nested) observations -> one nest of `[N, ...]` arrays (the batched policy's input)."""
     return tree.map_structure(lambda *xs: np.stack(xs), *observations)
 
-def make_policy_fns(networks: DMPONetworks) -> tuple[PolicyFn, Callable[[PolicyParams, Any], jax.Array]]:
-    """Jitted `(sample_fn(params, key, step, obs), mean_fn(params, obs))` for one unbatched observation.
 
-    `sample_fn` draws with `fold_in(key, step)` inside the jitted call (one dispatch per action)."""
-
-    def add_batch(observation: Any) -> Any:
-        return jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], observation)
-
-    def sample_fn(params: PolicyParams, key: jax.Array, step: Any, observation: Any) -> jax.Array:
-        mean, stddev = networks.apply_policy(params, add_batch(observation))
-        noise = jax.random.normal(jax.random.fold_in(key, step), mean.shape, mean.dtype)
-        return (mean + stddev * noise)[0]
+def make_mean_fn(networks: DMPONetworks) -> Callable[[PolicyParams, Any], jax.Array]:
+    """Jitted `mean_fn(params, observation) -> action [D]`: the evaluation policy for one unbatched
+    observation (a batch dimension is added and removed inside the jitted function)."""
 
     def mean_fn(params: PolicyParams, observation: Any) -> jax.Array:
-        mean, _ = networks.apply_policy(params, add_batch(observation))
+        batched = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], observation)
+        mean, _ = networks.apply_policy(params, batched)
         return mean[0]
 
-    return jax.jit(sample_fn), jax.jit(mean_fn)
+    return jax.jit(mean_fn)
 
 
 def env_keys(seed: int, num_envs: int) -> np.ndarray:
@@ -68,7 +59,7 @@ def env_keys(seed: int, num_envs: int) -> np.ndarray:
 def make_batched_sample_fn(networks: DMPONetworks) -> Callable[[PolicyParams, Any, Any, Any], jax.Array]:
     """Jitted `sample_fn(params, keys[N], steps[N], observations[N, ...]) -> actions[N, D]`: one policy
     call for the batch; environment i's noise is drawn from `fold_in(keys[i], steps[i])` with the
-    shape a single-observation call draws (`[1, D]`), so each row equals `make_policy_fns`' sample."""
+    shape a single-observation call draws (`[1, D]`), so each row equals the sample of a one-row batch."""
 
     def sample_fn(params: PolicyParams, keys: jax.Array, steps: Any, observations: Any) -> jax.Array:
         mean, stddev = networks.apply_policy(params, observations)
@@ -106,12 +97,13 @@ class _FollowsParams:
 
 class BatchedActor(_FollowsParams):
     """The behaviour actor for N lockstep environments (module docstring); `adders[i]` receives
-    environment i's experience (None: act only). Parameters are refreshed like `Actor`'s.
+    environment i's experience (None: act only). `params_source()` is read on every `update()`
+    (single-process: the learner's live online parameters, so acting has no lag) or, with
+    `update_period`, every that many calls (distributed: the variable client).
 
     `num_actions` is the lockstep step count, i.e. every environment's position in its random
-    stream (part of a checkpoint). With one environment, the single-environment methods
-    (`select_action`, `observe_first(timestep)`, `observe(action, timestep)`) make it a drop-in for
-    `Actor` in an `EnvironmentLoop`.
+    stream (part of a checkpoint). `select_action(observation)` acts for one environment
+    (`DMPO.select_action`, with N = 1).
     """
 
     def __init__(self, networks: DMPONetworks, params_source: ParamsSource, *, seed: int,
@@ -153,37 +145,14 @@ class BatchedActor(_FollowsParams):
             self._adders[env].reset()
 
 
+class EvaluationActor(_FollowsParams):
+    """Acts with the policy's mean (`make_mean_fn`), read from `params_source` like `BatchedActor`'s
+    parameters; it writes nothing and draws no randomness."""
 
-class Actor(_FollowsParams):
-    """Selects actions with a policy read from `params_source` and writes experience to `adder`.
-
-    `params_source()` is called on every `update()` (single-process: the learner's live online
-    parameters, so acting has no lag) or, with `update_period`, every that many calls (distributed
-    variable-client behaviour). `adder=None` makes an evaluation actor that only acts.
-    """
-
-    def __init__(self, networks: DMPONetworks, params_source: ParamsSource, *, seed: int, adder: Any = None,
-                 deterministic: bool = False, update_period: int = 1) -> None:
+    def __init__(self, networks: DMPONetworks, params_source: ParamsSource, *,
+                 update_period: int = 1) -> None:
         self._follow(params_source, update_period)
-        self._sample_fn, self._mean_fn = make_policy_fns(networks)
-        self._key = jax.random.PRNGKey(seed)
-        self._adder = adder
-        self._deterministic = deterministic
-        self.num_actions = 0
+        self._mean_fn = make_mean_fn(networks)
 
     def select_action(self, observation: Any) -> np.ndarray:
-        if self._deterministic:
-            action = self._mean_fn(self._params, observation)
-        else:
-            action = self._sample_fn(self._params, self._key, np.uint32(self.num_actions), observation)
-        self.num_actions += 1
-        return np.asarray(action)
-
-    def observe_first(self, timestep: dm_env.TimeStep) -> None:
-        if self._adder is not None:
-            self._adder.add_first(timestep)
-
-    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
-        if self._adder is not None:
-            self._adder.add(action, next_timestep)
-
+        return np.asarray(self._mean_fn(self._params, observation))

@@ -2,9 +2,9 @@
 
     builder = DMPOBuilder(config, environment_spec)
     table = builder.make_table(builder.make_rate_limiter("local"), seed=table_seed)
-    adder = builder.make_adder(table)                      # or a BatchedWriter to a remote table
+    adders = builder.make_adders(table, num_envs)          # or into a BatchedWriter to a remote table
     learner = builder.make_learner(builder.make_dataset(table, prefetch=False), seed=learner_seed)
-    actor = builder.make_actor(learner.online_policy_params, seed=actor_seed, adder=adder)
+    actor = builder.make_actor(learner.online_policy_params, seed=actor_seed, adders=adders)
 
 `DMPO` (agent.py) wires these in one process; the replay node takes its table, the actor node its
 adder and actor, the evaluator its evaluation actor and the learner node its learner from the same
@@ -155,32 +155,26 @@ class DMPOBuilder:
         """One n-step adder per environment, all writing into `writer` (each keeps its own episode)."""
         return [self.make_adder(writer) for _ in range(num_envs)]
 
-    def make_actor(self, params_source: Callable[[], Any], *, seed: int, adder: Any = None,
-                   adders: Any = None, update_period: int = 1) -> Any:
+    def make_actor(self, params_source: Callable[[], Any], *, seed: int, adders: Any,
+                   update_period: int = 1) -> Any:
         """The behaviour policy (a Gaussian sample per step and environment, `acting.BatchedActor`)
-        feeding `adders` (one per lockstep environment) or `adder` (one environment)."""
+        feeding `adders`, one per lockstep environment (`make_adders`)."""
         from dmpo.agent.acting import BatchedActor
 
-        if adders is None:
-            adders = [adder]
-        elif adder is not None:
-            raise ValueError("give make_actor either adder (one environment) or adders, not both")
         return BatchedActor(self.networks, params_source, seed=seed, adders=adders,
                             update_period=update_period)
 
-    def make_evaluation_actor(self, params_source: Callable[[], Any], *, seed: int,
-                              update_period: int = 1) -> Any:
-        """The evaluation policy (the policy's mean), writing nothing."""
-        from dmpo.agent.acting import Actor
+    def make_evaluation_actor(self, params_source: Callable[[], Any], *, update_period: int = 1) -> Any:
+        """The evaluation policy (the policy's mean, `acting.EvaluationActor`), writing nothing."""
+        from dmpo.agent.acting import EvaluationActor
 
-        return Actor(self.networks, params_source, seed=seed, deterministic=True,
-                     update_period=update_period)
+        return EvaluationActor(self.networks, params_source, update_period=update_period)
 
     def make_evaluation_policy(self) -> Callable[[Any, Any], Any]:
         """Jitted `mean_fn(params, observation)` for stand-alone evaluation (`environment_loop.evaluate`)."""
-        from dmpo.agent.acting import make_policy_fns
+        from dmpo.agent.acting import make_mean_fn
 
-        return make_policy_fns(self.networks)[1]
+        return make_mean_fn(self.networks)
 
 
 def environment_factory(config: Any) -> Any:

@@ -52,7 +52,7 @@ def learner_steps_due(num_observations: int, min_observations: int, observations
 
 
 class DMPO:
-    """Single-process DMPO, driven by an environment loop (observe_first, select_action, observe, update).
+    """Single-process DMPO, driven by `EnvironmentLoop` (select_actions, observe_first, observe, update).
 
     Args:
       environment_spec: the environment's specs (actions must be the canonical [-1, 1] box).
@@ -64,7 +64,7 @@ class DMPO:
       logger: receives the learner's metrics after each step.
       counter: receives the learner's `steps` and `walltime`.
       overlap_learner: run the learner on its own thread (see module docstring).
-      num_envs: environments acted in lockstep (`VectorEnvironmentLoop`): one n-step adder each,
+      num_envs: environments acted in lockstep (`EnvironmentLoop` over N environments): one n-step adder each,
         one batched policy call per step; `observe_first`/`observe` take the environment's index.
     """
 

@@ -1,9 +1,23 @@
-"""The actor–environment loop (algorithm.md §3, §7.5) and a stand-alone policy evaluation with optional video.
+"""The environment loop that acts and learns, in both modes, and the stand-alone policy evaluation.
 
-`EnvironmentLoop` runs whole episodes: reset, then select action → step → observe → update until the
-LAST timestep, and logs one row per episode with the keys of algorithm.md §7.5. `evaluate` runs a fixed
-policy for a number of episodes and summarises the returns; it can record the first episodes to an
-MP4 or GIF file.
+`EnvironmentLoop` steps N ≥ 1 environments in lockstep for one agent (algorithm.md §3, §7.5); one
+environment is the case N = 1, and both trainers run it (the single-process one and every acting
+node of the distributed program). Per step: stack the N current observations →
+`agent.select_actions` (one batched call) → step every environment → for each environment i in
+order: `agent.observe(action_i, timestep_i, env=i)` and `agent.update()` (so a learning schedule that
+counts environment steps sees each of them). Environments end their episodes independently: one that
+reaches LAST logs its episode row (the keys of algorithm.md §7.5; with N > 1 also `env_index`),
+calls `on_episode_end`, and is reset while the others go on. `steps` is counted on every step (N at
+a time), so the count is always the environment steps taken; `episodes` at each episode end.
+
+Stopping: `should_stop` and `request_stop` are looked at after the episode ends of a step (and
+before the first step); `num_steps` and `num_episodes` end the run at the first episode end once
+that many steps were taken or episodes ended. The environments that are in the middle of an episode
+then drop it (`agent.drop_episode`): the transitions their adders already wrote stay in replay. With
+one environment every stop falls on an episode end, so nothing is ever dropped.
+
+`evaluate` runs a fixed policy for a number of episodes and summarises the returns; it can record
+the first episodes to an MP4 or GIF file.
 """
 
 from __future__ import annotations
@@ -11,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,35 +33,28 @@ import dm_env
 import numpy as np
 import tree
 
+from dmpo.agent.acting import stack_observations
+from dmpo.envs.rendering import default_render
 from dmpo.reporting.logging import Logger, make_logger
 from dmpo.types import NestedArray
 from dmpo.utils.counting import Counter
 
-__all__ = ["Agent", "EnvironmentLoop", "Observer", "default_render", "evaluate"]
+__all__ = ["Agent", "EnvironmentLoop", "evaluate"]
 
 
 class Agent(Protocol):
-    """What the loop drives (a `dmpo.agent.acting.Actor` or the `DMPO` agent): acts on observations, sees
-    every timestep, refreshes its parameters."""
+    """What the loop drives (the `DMPO` agent, or a `dmpo.agent.acting.BatchedActor`): one batched
+    policy call for all environments, and each environment's timesteps by its index."""
 
-    def select_action(self, observation: NestedArray) -> np.ndarray: ...
+    def select_actions(self, observations: Any) -> np.ndarray: ...
 
-    def observe_first(self, timestep: dm_env.TimeStep) -> None: ...
+    def observe_first(self, timestep: dm_env.TimeStep, env: int = 0) -> None: ...
 
-    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None: ...
+    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep, env: int = 0) -> None: ...
+
+    def drop_episode(self, env: int) -> None: ...
 
     def update(self, wait: bool = False) -> None: ...
-
-
-class Observer(Protocol):
-    """Computes extra per-episode metrics from the timesteps (added to the episode's log row)."""
-
-    def observe_first(self, environment: dm_env.Environment, timestep: dm_env.TimeStep) -> None: ...
-
-    def observe(self, environment: dm_env.Environment, timestep: dm_env.TimeStep,
-                action: np.ndarray) -> None: ...
-
-    def get_metrics(self) -> Mapping[str, Any]: ...
 
 
 def _add_reward(total: Any, reward: Any) -> Any:
@@ -68,116 +75,144 @@ def _check_count(name: str, value: int | None) -> None:
         raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")
 
 
+class _Episode:
+    """Running totals of one environment's current episode."""
+
+    def __init__(self, reset_duration: float) -> None:
+        self.start = time.perf_counter() - reset_duration
+        self.reset_duration = reset_duration
+        self.length = 0
+        self.total_reward: Any = None
+
+
 class EnvironmentLoop:
-    """Runs an actor in an environment, counting steps/episodes and logging one row per episode.
+    """Steps `environments` in lockstep for `agent`, counting steps and episodes and logging one row
+    per episode (module docstring).
 
     Args:
-      environment: a dm_env environment.
-      actor: see `Agent`.
+      environments: one dm_env environment, or a sequence of N ≥ 1 of one task.
+      agent: see `Agent`.
       counter: where `episodes` and `steps` are counted (a fresh root counter by default).
       logger: receives each episode's row (default: terminal, at most once per second).
       label: logger label and, for the default logger, the line prefix.
-      should_update: call `actor.update()` after every environment step.
-      observers: extra per-episode metrics.
-      should_stop: polled before each episode; True ends `run()`.
+      should_update: call `agent.update()` after every environment step.
+      should_stop: polled before the first step and after each step's episode ends; True ends `run()`.
       on_episode_end: called with each episode's row after it is logged (evaluation, checkpoints, …).
+
+    A row's `select_action_duration_sec` is the episode's share of the batched policy calls (1/N of
+    each) and `env_step_duration_sec` its own environment's time.
     """
 
-    def __init__(
-        self,
-        environment: dm_env.Environment,
-        actor: Agent,
-        counter: Counter | None = None,
-        logger: Logger | None = None,
-        *,
-        label: str = "environment_loop",
-        should_update: bool = True,
-        observers: Sequence[Observer] = (),
-        should_stop: Callable[[], bool] | None = None,
-        on_episode_end: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
-        self._environment = environment
-        self._actor = actor
+    def __init__(self, environments: dm_env.Environment | Sequence[dm_env.Environment], agent: Agent,
+                 counter: Counter | None = None, logger: Logger | None = None, *,
+                 label: str = "environment_loop", should_update: bool = True,
+                 should_stop: Callable[[], bool] | None = None,
+                 on_episode_end: Callable[[dict[str, Any]], None] | None = None) -> None:
+        environments = list(environments) if isinstance(environments, Sequence) else [environments]
+        if not environments:
+            raise ValueError("EnvironmentLoop needs at least one environment")
+        self._environments = environments
+        self._agent = agent
         self._counter = counter if counter is not None else Counter()
         self._logger = logger if logger is not None else make_logger(label, None)
         self._should_update = should_update
-        self._observers = tuple(observers)
         self._should_stop = should_stop
         self._on_episode_end = on_episode_end
         self._stop_event = threading.Event()
+        self._episodes = 0  # ended in the current run()
+        self.select_seconds = 0.0
+        """Time spent in the batched policy calls so far (benchmarks read it)."""
+        self.step_seconds = 0.0
+        """Time spent in `environment.step` so far, all environments together."""
 
     def request_stop(self) -> None:
-        """Asks `run()` to return after the current episode (safe to call from another thread)."""
+        """Asks `run()` to return at the next episode end (safe to call from another thread)."""
         self._stop_event.set()
 
-    def run_episode(self) -> dict[str, Any]:
-        """Runs one episode and returns its row (algorithm.md §7.5 keys, counts, observer metrics)."""
-        episode_start = time.perf_counter()
-        timestep = self._environment.reset()
-        reset_duration = time.perf_counter() - episode_start
-        self._actor.observe_first(timestep)
-        for observer in self._observers:
-            observer.observe_first(self._environment, timestep)
+    def _reset(self, index: int) -> tuple[dm_env.TimeStep, _Episode]:
+        t0 = time.perf_counter()
+        timestep = self._environments[index].reset()
+        episode = _Episode(time.perf_counter() - t0)
+        self._agent.observe_first(timestep, env=index)
+        return timestep, episode
 
-        length, total_reward = 0, None
-        select_duration = step_duration = 0.0
-        while not timestep.last():
-            t0 = time.perf_counter()
-            action = self._actor.select_action(timestep.observation)
-            t1 = time.perf_counter()
-            timestep = self._environment.step(action)
-            t2 = time.perf_counter()
-            select_duration += t1 - t0
-            step_duration += t2 - t1
-            self._actor.observe(action, next_timestep=timestep)
-            for observer in self._observers:
-                observer.observe(self._environment, timestep, action)
-            if self._should_update:
-                self._actor.update()
-            length += 1
-            total_reward = _add_reward(total_reward, timestep.reward)
-
-        counts = self._counter.increment(episodes=1, steps=length)
-        duration = time.perf_counter() - episode_start
-        result: dict[str, Any] = {
-            "episode_length": length,
-            "episode_return": _plain_return(total_reward),
-            "steps_per_second": length / duration if duration > 0 else float("nan"),
-            "env_reset_duration_sec": reset_duration,
-            "select_action_duration_sec": select_duration,
-            "env_step_duration_sec": step_duration,
-            "episode_duration": duration,
-        }
-        result.update(counts)
-        for observer in self._observers:
-            result.update(observer.get_metrics())
-        return result
-
-    def run(self, num_episodes: int | None = None, num_steps: int | None = None) -> int:
-        """Runs episodes until `num_episodes` episodes or at least `num_steps` steps (the last episode
-        is always finished), or until a stop is requested; both None runs until stopped.
-
-        Returns the number of environment steps taken.
-        """
+    def run(self, *, num_steps: int | None = None, num_episodes: int | None = None) -> int:
+        """Runs until a stop (module docstring): at the first episode end once `num_steps` steps were
+        taken or `num_episodes` episodes ended (give at most one), or once a stop is requested; with
+        neither, until stopped. Returns the environment steps taken, all environments together."""
         if num_episodes is not None and num_steps is not None:
             raise ValueError("give at most one of num_episodes and num_steps, got both "
                              f"({num_episodes}, {num_steps})")
         _check_count("num_episodes", num_episodes)
         _check_count("num_steps", num_steps)
-        episodes = steps = 0
-        while not self._done(episodes, steps, num_episodes, num_steps):
-            result = self.run_episode()
-            episodes += 1
-            steps += result["episode_length"]
-            self._logger.write(result)
-            if self._on_episode_end is not None:
-                self._on_episode_end(result)
+        n = len(self._environments)
+        steps = self._episodes = 0
+        if self._done(steps, num_steps, num_episodes):
+            return steps
+        started = [self._reset(i) for i in range(n)]
+        timesteps = [timestep for timestep, _ in started]
+        episodes = [episode for _, episode in started]
+        select_share = np.zeros(n)
+        step_time = np.zeros(n)
+        while True:
+            t0 = time.perf_counter()
+            actions = self._agent.select_actions(stack_observations([ts.observation for ts in timesteps]))
+            select = time.perf_counter() - t0
+            self.select_seconds += select
+            select_share += select / n
+            for i, environment in enumerate(self._environments):
+                t1 = time.perf_counter()
+                timesteps[i] = environment.step(actions[i])
+                elapsed = time.perf_counter() - t1
+                step_time[i] += elapsed
+                self.step_seconds += elapsed
+            ended = []
+            for i in range(n):
+                self._agent.observe(actions[i], timesteps[i], env=i)
+                if self._should_update:
+                    self._agent.update()
+                episodes[i].length += 1
+                episodes[i].total_reward = _add_reward(episodes[i].total_reward, timesteps[i].reward)
+                if timesteps[i].last():
+                    ended.append(i)
+            steps += n
+            self._counter.increment(steps=n)
+            for i in ended:
+                self._finish(i, episodes[i], select_share[i], step_time[i])
+                select_share[i] = step_time[i] = 0.0
+            if ended and self._done(steps, num_steps, num_episodes):
+                break
+            for i in ended:
+                timesteps[i], episodes[i] = self._reset(i)
+        for i in range(n):
+            if not timesteps[i].last():
+                self._agent.drop_episode(i)
         return steps
 
-    def _done(self, episodes: int, steps: int, num_episodes: int | None, num_steps: int | None) -> bool:
-        if num_episodes is not None and episodes >= num_episodes:
-            return True
+    def _finish(self, index: int, episode: _Episode, select_duration: float, step_duration: float) -> None:
+        self._episodes += 1
+        counts = self._counter.increment(episodes=1)
+        duration = time.perf_counter() - episode.start
+        row: dict[str, Any] = {
+            "episode_length": episode.length,
+            "episode_return": _plain_return(episode.total_reward),
+            "steps_per_second": episode.length / duration if duration > 0 else float("nan"),
+            "env_reset_duration_sec": episode.reset_duration,
+            "select_action_duration_sec": select_duration,
+            "env_step_duration_sec": step_duration,
+            "episode_duration": duration,
+        }
+        if len(self._environments) > 1:
+            row["env_index"] = index
+        row.update(counts)
+        self._logger.write(row)
+        if self._on_episode_end is not None:
+            self._on_episode_end(row)
+
+    def _done(self, steps: int, num_steps: int | None, num_episodes: int | None) -> bool:
         if num_steps is not None and steps >= num_steps:
+            return True
+        if num_episodes is not None and self._episodes >= num_episodes:
             return True
         if self._stop_event.is_set():
             return True
@@ -185,35 +220,6 @@ class EnvironmentLoop:
 
 
 # ------------------------------------------------------------------------------------------- evaluation
-
-_WRAPPED_ATTRIBUTES = ("_environment", "environment", "_env", "env")
-_DEFAULT_RENDER = {"height": 240, "width": 320, "camera_id": 0}
-
-
-def _wrapper_chain(environment: Any, max_depth: int = 32) -> list[Any]:
-    chain, seen = [environment], {id(environment)}
-    while len(chain) < max_depth:
-        inner = next((getattr(chain[-1], a) for a in _WRAPPED_ATTRIBUTES
-                      if getattr(chain[-1], a, None) is not None), None)
-        if inner is None or id(inner) in seen:
-            break
-        chain.append(inner)
-        seen.add(id(inner))
-    return chain
-
-
-def default_render(environment: Any) -> np.ndarray:
-    """An RGB frame of `environment`: from the first layer of its wrapper chain that has a `render()`
-    method, else from the first one exposing a MuJoCo `physics` (dm_control; camera 0, 240×320)."""
-    for layer in _wrapper_chain(environment):
-        render = getattr(layer, "render", None)
-        if callable(render):
-            return render()
-        physics = getattr(layer, "physics", None)
-        if physics is not None:
-            return physics.render(**_DEFAULT_RENDER)
-    raise TypeError(f"cannot render a {type(environment).__name__}: no layer of it has a render() method or "
-                    "a physics attribute; pass render_fn")
 
 
 class _VideoWriter:
@@ -299,7 +305,7 @@ def evaluate(
     `length_mean`, and the per-episode `episode_returns` and `episode_lengths`. `seed` is passed to
     `environment.seed()` first. With `video_path` (.mp4 or .gif) the first `video_episodes` episodes are
     recorded, one frame after reset and one after every step, with `render_fn(environment)`
-    (default: `default_render`). The video file appears only once it is complete.
+    (default: `dmpo.envs.rendering.default_render`). The video file appears only once it is complete.
     """
     video = Path(video_path) if video_path is not None else None
     _check_evaluate_args(environment, num_episodes, seed, video, video_episodes, fps)

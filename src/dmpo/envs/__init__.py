@@ -10,7 +10,8 @@ discounts; a LAST step with discount 0 is a termination and one with discount 1 
 Modules: `registry` (make), `control_suite`, `gym_adapter`, `entry_points` (the user's own
 environments: `module:callable`, `gym:module:Id`), `checks` (per-step checks, `dmpo check-env`),
 `pixels`, `wrappers`, `observations` (flattening), `interface` (the task's own action bounds, action
-repeat and frame stack, read off a pipeline environment), `fakes` (test environments).
+repeat and frame stack, read off a pipeline environment), `rendering` (frames from behind the
+wrappers), `fakes` (test environments).
 (`control_suite`/`gym_adapter` are not called `dm_control`/`gymnasium` so as not to read like the
 libraries they wrap.)
 """

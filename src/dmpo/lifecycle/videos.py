@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from dmpo.envs.rendering import default_render, wrapper_chain
+
 __all__ = ["camera_render_fn", "check_can_film", "parse_camera", "rendering_factory", "video_path"]
 
 _SIZE = {"height": 240, "width": 320}
@@ -61,12 +63,6 @@ def check_can_film(factory: Any, seed: int) -> None:
         close = getattr(environment, "close", None)
         if close is not None:
             close()
-
-
-def _layers(environment: Any) -> list[Any]:
-    from dmpo.agent.environment_loop import _wrapper_chain
-
-    return list(_wrapper_chain(environment))
 
 
 def _camera_names(model: Any) -> list[str]:
@@ -116,7 +112,7 @@ def camera_render_fn(camera: str | int | None = None) -> Callable[[Any], np.ndar
     aimed: set[int] = set()
 
     def render(environment: Any) -> np.ndarray:
-        for layer in _layers(environment):
+        for layer in wrapper_chain(environment):
             physics = getattr(layer, "physics", None)
             if physics is not None:  # dm_control: the suite's camera 0 tracks in locomotion tasks
                 chosen = 0 if camera is None else camera
@@ -130,8 +126,6 @@ def camera_render_fn(camera: str | int | None = None) -> Callable[[Any], np.ndar
                     _aim_gym_camera(gym_env, camera)
                     aimed.add(id(layer))
                 return layer.render()
-        from dmpo.agent.environment_loop import default_render
-
         return default_render(environment)
 
     return render

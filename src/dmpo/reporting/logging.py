@@ -4,7 +4,8 @@ A logger receives one row at a time (`write(mapping)`) and is closed once at the
 terminal (`[Label] Key = value | …`), CSV (`<run>/logs/<label>/logs.csv`) and TensorBoard
 (`<run>/tb/<label>`). `Dispatcher` fans a row out to several sinks and `TimeFilter` drops rows that
 arrive too soon after the last written one. Every sink drops `None` values, so callers may log
-optional metrics without branching. `make_logger` assembles the default stack.
+optional metrics without branching. `make_logger` assembles the default stack (and, for a resumed
+run, first rewinds the logs with `dmpo.reporting.rewind`).
 
 A logger may also answer `will_write()`: whether a row written now would reach a sink (the filter
 and the no-op logger say no when they would drop it), so a caller can skip computing or fetching a
@@ -17,7 +18,6 @@ import csv
 import numbers
 import os
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,7 +25,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dmpo.utils.files import atomic_write_bytes
+# rewind_logs is also imported from here by dmpo.distributed.run_files, until that imports it from
+# dmpo.reporting.rewind.
+from dmpo.reporting.rewind import event_file_suffix, rewind_logs
 
 __all__ = [
     "CSVLogger",
@@ -37,9 +39,6 @@ __all__ = [
     "TimeFilter",
     "format_row",
     "make_logger",
-    "purge_tensorboard",
-    "rewind_csv",
-    "rewind_logs",
     "will_write",
 ]
 
@@ -233,36 +232,6 @@ class TensorBoardLogger:
         self._writer.close()
 
 
-def event_file_suffix() -> str:
-    """A unique event-file name suffix that sorts by creation time.
-
-    tensorboardX names files by the second and host only and truncates an existing file, so two
-    writers in one second need a unique suffix; TensorBoard reads a folder's files in name order, and
-    a resume's purge marker (`purge_tensorboard`) must come after the files it purges and before the
-    resumed writer's: nanoseconds first keeps that order within a second too."""
-    return f".{time.time_ns():020d}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-
-
-def purge_tensorboard(logdir: str | os.PathLike[str], last_step: int) -> bool:
-    """Tells TensorBoard to hide the events of `logdir` past `last_step` that were written before now,
-    through its own contract: an event file holding a `SessionLog.START` at `last_step + 1`
-    (tensorboardX's `SummaryWriter(purge_step=...)`). Nothing is rewritten. Returns whether a marker
-    was written (not for a folder without event files).
-
-    Measured with TensorBoard 2.21's EventAccumulator (docs/results/reliability.md, "TensorBoard on
-    resume"): no step shows twice after such a marker; readers that skip TensorBoard's purge semantics
-    (tbparse) still list the killed run's events too."""
-    from tensorboardX import SummaryWriter
-
-    logdir = Path(logdir)
-    if not any(logdir.glob("events.out.tfevents.*")):
-        return False
-    marker = SummaryWriter(logdir=str(logdir), purge_step=int(last_step) + 1,
-                           filename_suffix=event_file_suffix())
-    marker.close()
-    return True
-
-
 class Dispatcher:
     """Writes every row to each of several loggers."""
 
@@ -324,55 +293,6 @@ class NoOpLogger:
 
     def close(self) -> None:
         pass
-
-
-def _step_of(cell: str) -> float | None:
-    try:
-        return float(cell)
-    except ValueError:
-        return None
-
-
-def rewind_csv(path: str | os.PathLike[str], step_key: str, last_step: int) -> int:
-    """Drops the rows of a CSV log whose `step_key` is past `last_step` (rewritten atomically, a torn
-    last line dropped too); returns how many rows were dropped."""
-    path = Path(path)
-    if not path.is_file():
-        return 0
-    raw = path.read_bytes()
-    if not raw.endswith(b"\n"):
-        raw = raw[:raw.rfind(b"\n") + 1]
-    lines = raw.decode("utf-8").splitlines(keepends=True)
-    if not lines:
-        atomic_write_bytes(path, raw)
-        return 0
-    header = next(csv.reader([lines[0]]))
-    if step_key not in header:
-        return 0
-    column = header.index(step_key)
-    kept = [lines[0]]
-    for line in lines[1:]:
-        cells = next(csv.reader([line]), [])
-        step = _step_of(cells[column]) if column < len(cells) else None
-        if step is None or step <= last_step:
-            kept.append(line)
-    dropped = len(lines) - len(kept)
-    if dropped or len(raw) != path.stat().st_size:
-        atomic_write_bytes(path, "".join(kept).encode("utf-8"))
-    return dropped
-
-
-def rewind_logs(run_dir: str | os.PathLike[str], label: str, step_key: str, last_step: int) -> int:
-    """Cuts the CSV log of `label` back to `last_step` (the step of the checkpoint a run resumes from)
-    and marks its TensorBoard log to hide the events past it (`purge_tensorboard`), so that rows
-    written between that checkpoint and a kill do not appear twice. Returns how many CSV rows were
-    dropped."""
-    run_dir = Path(run_dir)
-    dropped = rewind_csv(run_dir / "logs" / label / "logs.csv", step_key, last_step)
-    tb = run_dir / "tb" / label
-    if tb.is_dir():
-        purge_tensorboard(tb, last_step)
-    return dropped
 
 
 def make_logger(

@@ -13,7 +13,7 @@ resuming from that one continues training but starts a new episode. A checkpoint
 contents (`save_replay=False`) resumes with an empty table, and learning waits for
 `min_observations` fresh observations again (`DMPO.restart_learning`).
 
-Lockstep environments (`num_envs` = N > 1, `dmpo.agent.vector_loop`): every segment re-creates all
+Lockstep environments (`num_envs` = N > 1, `dmpo.agent.environment_loop`): every segment re-creates all
 N environments, environment i from `segment_seed(seed, episode index, i)`. A segment ends at the first
 episode end (of any environment) after a checkpoint boundary; the other environments' unfinished
 episodes are dropped there (their transitions stay in replay) and start afresh in the next segment.
@@ -38,9 +38,8 @@ import numpy as np
 
 from dmpo.agent.builder import environment_factory
 from dmpo.agent.core import DMPO
-from dmpo.agent.environment_loop import evaluate
+from dmpo.agent.environment_loop import EnvironmentLoop, evaluate
 from dmpo.agent.policies.snapshot import save_policy, save_policy_on_interrupt
-from dmpo.agent.vector_loop import VectorEnvironmentLoop
 from dmpo.envs import make_environment_spec
 from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints
 from dmpo.lifecycle.interrupts import CriticalCalls
@@ -274,8 +273,8 @@ class LocalExecutor:
         envs = [self.env_factory(segment_seed(self.config.seed, self.episodes, i))
                 for i in range(self.config.num_envs)]
         # An interrupt waits for the end of the agent call it arrives in (dmpo.lifecycle.interrupts.critical).
-        loop = VectorEnvironmentLoop(envs, CriticalCalls(self.agent), self.actor_counter, self.loop_logger,
-                                     should_stop=self._segment_done, on_episode_end=self._on_episode_end)
+        loop = EnvironmentLoop(envs, CriticalCalls(self.agent), self.actor_counter, self.loop_logger,
+                               should_stop=self._segment_done, on_episode_end=self._on_episode_end)
         try:
             loop.run()
         finally:

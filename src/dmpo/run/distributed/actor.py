@@ -1,13 +1,13 @@
 """An acting node: its own environment and seed, the target policy, experience to replay (algorithm.md §7.2).
 
-Per step: `select_action` with the builder's behaviour policy (a Gaussian sample) → environment
+Per step: `select_actions` with the builder's behaviour policy (a Gaussian sample) → environment
 step → the builder's n-step adder → `BatchedWriter` → `RemoteReplayWriter` (one remote call per
 batch, bounded in flight, so the rate limiter's backpressure stops this loop) → `actor.update()` →
 the variable client, which fetches the learner's target policy every `variable_update_period` steps
 without waiting for it. With `num_envs` = N > 1 the node steps N environments in lockstep
-(`dmpo.agent.vector_loop`): one batched policy call per step, one adder per environment, all into
-the one writer; environment i is built with `lockstep_env_seeds(seed, N)[i]` (environment 0 with the
-node's seed, as with one environment).
+(`dmpo.agent.environment_loop`): one batched policy call per step, one adder per environment, all
+into the one writer; environment i is built with `lockstep_env_seeds(seed, N)[i]` (environment 0 with
+the node's seed, as with one environment).
 
 The node is a threaded Ray actor: `run()` loops over episodes on one thread while `stop()` and
 `stats()` answer on another. `run()` returns (after finishing its current episode) once `stop()` is
@@ -41,7 +41,7 @@ class ActorNode:
     def __init__(self, settings: NodeSettings, index: int, seed: int, learner: Any, replay: Any,
                  counter_service: Any, *, persist_logs: bool, insert_batch_size: int = 32,
                  max_inserts_in_flight: int = 2, total_steps: int | None = None) -> None:
-        from dmpo.agent.vector_loop import VectorEnvironmentLoop
+        from dmpo.agent.environment_loop import EnvironmentLoop
         from dmpo.replay import BatchedWriter
 
         builder = settings.builder
@@ -62,7 +62,7 @@ class ActorNode:
         # The label the single-process trainer logs its episodes under, so tools read both modes alike.
         self._logger = make_node_logger("environment_loop", settings.run_dir if persist_logs else None,
                                         time_delta=settings.log_time_delta)
-        self._make_loop = lambda environments: VectorEnvironmentLoop(
+        self._make_loop = lambda environments: EnvironmentLoop(
             environments, self._actor, self._counter, self._logger, label="environment_loop",
             should_stop=self._stop.is_set, on_episode_end=self._count_episode)
         self.steps = 0

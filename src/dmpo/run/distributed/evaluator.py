@@ -100,7 +100,7 @@ class EvaluatorNode:
         self._boundary_variables: Any = None  # the round's `learner.get_variables` ref, if it has one
         # Periodic blocking refreshes only: the period is never reached by the step count.
         self._variables = AsyncVariableClient(self._variables_request, update_period=2**62)
-        self._actor = settings.builder.make_evaluation_actor(self._variables, seed=seed)
+        self._actor = settings.builder.make_evaluation_actor(self._variables)
         self._requests = RoundRequests()  # the rounds asked for, not started
         self._counter = make_child_counter(counter_service, "evaluator", settings.counter_time_delta)
         self._logger = make_node_logger("evaluator", settings.run_dir, time_delta=0.0)

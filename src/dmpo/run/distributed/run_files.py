@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dmpo.lifecycle.checkpoints import CheckpointState
-from dmpo.reporting.logging import rewind_logs
+from dmpo.reporting.rewind import rewind_logs
 from dmpo.run.distributed.common import NODE_LOG_STEP_KEYS
 
 

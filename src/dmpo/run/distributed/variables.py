@@ -7,9 +7,9 @@ cluster one transfer per machine rather than one per actor. A learner that steps
 requests arrive makes every request a new version; `min_interval` seconds (0: off, the reference's
 behaviour) lets all requests within that time share one copy, at the price of that much staleness.
 
-Acting side, `AsyncVariableClient`: a `params_source` for `dmpo.agent.acting.Actor` (which calls it on
-every `update()`, i.e. after every environment step). Every `update_period` calls it starts a fetch
-unless one is pending, and it checks a pending fetch with `ray.wait(timeout=0)` — so the
+Acting side, `AsyncVariableClient`: a `params_source` for the actors of `dmpo.agent.acting` (which
+call it on every `update()`, i.e. after every environment step). Every `update_period` calls it starts
+a fetch unless one is pending, and it checks a pending fetch with `ray.wait(timeout=0)` — so the
 environment loop never waits for the learner — and swaps the new parameters in on the first call
 after they arrive. Construction fetches once, blocking, so acting never starts from random weights.
 """
