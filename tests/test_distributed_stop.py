@@ -128,8 +128,6 @@ def test_a_finished_run_waits_past_the_stop_deadline_for_the_rounds_it_sent(monk
     # On a loaded machine the final checkpoint can take the whole stop deadline; a run that finished
     # its budget (no scheduler's grace period to fit) still gets its evaluations' rows.
     program, calls, clock = silent_program(monkeypatch, tmp_path, actors=2)
-    program.events = type("FinishingEvents", (Events,), {"end": lambda self, result: None})()
-    monkeypatch.setattr(program, "_queue_final_evaluation", lambda timeout: None)  # rounds already sent
     program.options = ProgramOptions(stop_timeout_seconds=20.0, final_evaluation_timeout_seconds=300.0)
     program.stop("finished")
     assert "evaluator.finish" in calls

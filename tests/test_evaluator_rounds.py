@@ -150,8 +150,7 @@ def test_each_round_carries_its_index_in_the_run_and_whether_it_is_filmed(driver
     its evaluation number `index`): a resumed run (4 rounds before) goes on at 4, 5, ..."""
     rounds, evaluator, _, _ = driver_rounds
     rounds.request(100)
-    evaluator.log(100)
-    rounds.rows.poll()
     rounds.request(200, film=True)
+    rounds.finish(send_queued=True)  # a finished run sends every round queued
     assert evaluator.seeds_and_films == [(4, False), (5, True)]
     assert rounds.count == 6

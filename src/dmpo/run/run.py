@@ -142,9 +142,10 @@ class Run:
         return None
 
     def _open_resumed(self, run_dir: Path) -> ResumePlan:
-        from dmpo.lifecycle.task_setup import saved_config
+        from dmpo.lifecycle.task_setup import make_factory, saved_config
 
-        self.plan = plan = plan_resume(run_dir, self.config)  # refuses what cannot resume, by name
+        named, _ = make_factory(self.config, self._env_factory)  # an own factory's name is the env's
+        self.plan = plan = plan_resume(run_dir, named)  # refuses what cannot resume, by name
         if plan.nothing_to_do:
             self.config = plan.config
             return plan

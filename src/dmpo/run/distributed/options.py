@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from dmpo.config import ConfigError
+
 
 class NodeFailure(RuntimeError):
     """A node the program cannot run without (learner, replay, counter) failed; the program stopped."""
@@ -132,3 +134,14 @@ class DistributedResult:
     """Why a callback stopped the run early (`dmpo.lifecycle.callbacks`), else None."""
     last_evaluation: dict[str, Any] | None = None
     """The summary of the newest evaluation round the driver saw (`return_mean`, ..., `actor_steps`)."""
+
+
+def check_program(config: Any, options: ProgramOptions) -> None:
+    """A `ConfigError` for a run the program cannot train: no actors, or a learner budget between calls."""
+    if config.actors < 1:
+        raise ConfigError(f"TrainConfig.actors must be >= 1 for the distributed program, got {config.actors}")
+    calls = config.agent.learner.sgd_steps_per_call
+    if options.max_learner_steps is not None and options.max_learner_steps % calls:
+        raise ConfigError(f"ProgramOptions.max_learner_steps must be a multiple of "
+                          f"agent.learner.sgd_steps_per_call ({calls}): one learner call runs {calls} "
+                          f"updates, so the budget could not be met exactly; got {options.max_learner_steps}")

@@ -1,52 +1,33 @@
 """The distributed program: build the nodes on Ray, watch them, stop them (algorithm.md §7).
 
-    result = run_distributed(TrainConfig(env="dmc:cartpole-swingup", actors=4, steps=1_000_000),
-                             run_dir="runs/x")
+The Ray executor (`executor.RayExecutor`) drives it for a `Run` (`dmpo.run.run`), which opened the
+run's folder, decides the sequence and writes the status; tests and tools drive it the same way,
+pass by pass: `DistributedProgram(run)`, `start()`, `poll()` (one monitoring pass, about once a
+second), `settle()` and `stop()`. The run is its `TrainConfig`, read as one process reads it
+(docs/distributed.md): `steps`, `eval_every`, `checkpoint_every` and `video_every` in environment steps,
+checked by the acting nodes at their episode ends with the shared count (the counter service holds a
+copy of the run's schedule, asks the learner for the variables a due round scores and has a due
+checkpoint written); `keep_checkpoints`, `save_replay`, `DMPOConfig.checkpoint` as in one process.
+`ProgramOptions` holds the layout-only knobs and the optional wall-clock periods.
 
-The run is a `TrainConfig`, read as the single-process trainer reads it: `steps` environment steps,
-a checkpoint every `checkpoint_every` and an evaluation round of `eval_episodes` every
-`eval_every` environment steps (`dmpo.lifecycle.schedule`: the acting nodes check the schedule
-with the shared count at their episode ends; the counter service holds it, asks the learner for the
-variables a due round scores and has a due checkpoint written), `keep_checkpoints`, replay contents in
-checkpoints and restored on resume when `save_replay`, none at all when `DMPOConfig.checkpoint` is
-off. `overlap_learner` has no meaning here (the learner always has its own node) and is refused by
-`TrainConfig`. `ProgramOptions` holds the layout-only knobs and the optional wall-clock periods.
-
-`DistributedProgram` does the work in three calls — `start()`, `poll()` (one monitoring pass, the
-driver's loop calls it about once a second) and `stop()` — so tests and tools can act between
-passes; `driver.run_distributed` is the loop around it, inside `cluster.ray_cluster`.
-
-Artifacts, as in one process: the evaluator writes one row per evaluation round (the local
-trainer's columns); the driver collects each row and handles it in one place (`_on_evaluation`:
-today it asks the learner for the policy snapshot, `snapshots/policy.msgpack`), and the learner
-writes one more snapshot at the end. `dmpo eval`, `dmpo plot` and the benchmark summaries therefore
-read a distributed run directory exactly as a local one.
-
-Budget: the actors stop themselves once the shared `actor_steps` reaches `steps` (each checks at its
-episode ends, `distributed.actor`), so a run ends with fewer than `steps + actors × longest episode`
-environment steps. `ProgramOptions.max_learner_steps` must be a multiple of
-`sgd_steps_per_call` (one learner call runs that many updates), so the learner stops exactly there.
+Artifacts, as in one process: the evaluator writes one row per round (the local trainer's columns);
+each row reaches the driver once (`_on_evaluation`: the policy snapshot, the callbacks). Budget: the
+actors stop themselves once the shared `actor_steps` reaches `steps`, so a run ends with fewer than
+`steps + actors × longest episode` environment steps; `ProgramOptions.max_learner_steps` must be a
+multiple of `sgd_steps_per_call`, so the learner stops exactly there.
 
 Monitoring, per pass: the learner's and the replay node's health (a dead one stops the program with
-`NodeFailure`, never leaving the actors to run alone); finished or failed `run()` calls of the actors
-(a dead actor is replaced by a new one with a new seed, up to `max_actor_restarts` in all) and of the
-evaluator (`acting_nodes`); the rounds asked for, sent one at a time (`evaluations`); the counter
-totals for the progress line, the checkpoint and evaluation boundaries and the `steps` stop; a
-snapshot of the replay table's counters (kept in the result). The run's folder is opened (or resumed) by
-the `Run` (`dmpo.run.run`) before the program is built; the program restores the checkpoint it names.
+`NodeFailure`, never leaving the actors to run alone); the actors' and the evaluator's `run()` calls
+(a dead actor is replaced with a new seed, up to `max_actor_restarts`: `acting_nodes`); the rounds,
+sent one at a time (`evaluations`); the counter totals; the replay table's counters (in the result).
 
-Stopping fits a scheduler's grace period (SLURM waits 30 s between SIGTERM and SIGKILL): the
-learner is asked for its final checkpoint first, then, while it writes it, the actors stop (flushing
-their writers and counts) and the evaluator runs a finished run's final round; all of them share one
-deadline (`ProgramOptions.stop_timeout_seconds`, `dmpo train --stop-timeout`), except that a run
-that finished its budget (no signal, no callback's stop: no grace period to fit) then waits for its
-rounds up to `final_evaluation_timeout_seconds` more. Then the replay table
-is closed and every node killed. On a cluster this call started, Ray itself is then shut down. A
-periodic checkpoint that takes long delays the next one; it is never taken for a dead learner.
-
-Callbacks and an experiment tracker run in the driver (`driver_events.DriverEvents`, once per pass);
-a stop asked by a callback ends the run like the step limit, without another evaluation round. The
-status in run.json and the final events are the `Run`'s: the program reports, the `Run` decides.
+Stopping fits a scheduler's grace period (SLURM waits 30 s between SIGTERM and SIGKILL): the learner
+writes its final checkpoint first; meanwhile the actors stop (flushing their writers and counts) and
+the evaluator runs a finished run's final round; all share one deadline (`stop_timeout_seconds`), except
+that a run that finished its budget then waits for its rounds up to `final_evaluation_timeout_seconds`.
+Then the replay table is closed and every node killed. A periodic checkpoint that takes long delays
+the next one; it is never taken for a dead learner. Callbacks and a tracker run in the driver
+(`driver_events`); a callback's stop ends the run like the step limit, without another round.
 """
 
 from __future__ import annotations
@@ -61,7 +42,6 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dmpo.agent.builder import DMPOBuilder, NetworkFactory
-from dmpo.config import ConfigError
 from dmpo.envs import make_environment_spec
 from dmpo.run.distributed.acting_nodes import ActingNodes, warn
 from dmpo.run.distributed.common import NodeSettings, call_quietly, get_quietly, kill
@@ -71,27 +51,15 @@ from dmpo.run.distributed.evaluations import EvaluationRounds
 from dmpo.run.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
 from dmpo.run.distributed.learner_node import make_learner_node
 from dmpo.run.distributed.node_errors import describe
-from dmpo.run.distributed.options import DistributedResult, NodeFailure, ProgramOptions
+from dmpo.run.distributed.options import DistributedResult, NodeFailure, ProgramOptions, check_program
 from dmpo.run.distributed.placement import PendingNodes, check_placement, program_demands
+from dmpo.run.distributed.program_views import ProgramViews
 from dmpo.run.distributed.replay_service import ReplayServiceConfig, make_replay_service
 from dmpo.run.distributed.run_files import replay_to_restore, restored_state, rewind_node_logs
 from dmpo.utils.seeds import ROLE_LEARNER, ROLE_REPLAY, node_seed
 
 
-def _check_config(config: Any) -> None:
-    if config.actors < 1:
-        raise ConfigError(f"TrainConfig.actors must be >= 1 for the distributed program, got {config.actors}")
-
-
-def _check_options(config: Any, options: ProgramOptions) -> None:
-    calls = config.agent.learner.sgd_steps_per_call
-    if options.max_learner_steps is not None and options.max_learner_steps % calls:
-        raise ConfigError(f"ProgramOptions.max_learner_steps must be a multiple of "
-                          f"agent.learner.sgd_steps_per_call ({calls}): one learner call runs {calls} "
-                          f"updates, so the budget could not be met exactly; got {options.max_learner_steps}")
-
-
-class DistributedProgram:
+class DistributedProgram(ProgramViews):
     """One distributed DMPO run on an initialised Ray cluster (see the module docstring).
 
     `run` is an opened `dmpo.run.run.Run` (`Run(config, ...).open()`): its final config, prepared task
@@ -103,14 +71,13 @@ class DistributedProgram:
     def __init__(self, run: Any, *, options: ProgramOptions | None = None,
                  network_factory: NetworkFactory | None = None, use_gpu: bool | None = None) -> None:
         config = run.config
-        _check_config(config)
         self.run = run
         self.config = config
         self.env_factory = run.env_factory
         self.run_dir = Path(run.path)
         self.seed = config.seed
         self.options = options or run.cluster.options or ProgramOptions()
-        _check_options(config, self.options)
+        check_program(config, self.options)
         self.resume = run.resume
         self._use_gpu = use_gpu
         self.learner: Any = None
@@ -147,32 +114,6 @@ class DistributedProgram:
         self.nodes = ActingNodes(config, self.options, self.seed, on_evaluator=self.rounds.attach)
         self.episode_returns: list[float] = []  # training episodes' returns not yet shown (status line)
         self._due_ref: Any = None  # the counter service's `take_due` call in flight
-
-    @property
-    def env_spec(self) -> Any:
-        return self.builder.environment_spec
-
-    @property
-    def evaluations(self) -> int:
-        """Evaluation rounds asked for in the whole run (a resumed run counts on from its checkpoint)."""
-        return self.rounds.count
-
-    @property
-    def evaluation_steps(self) -> list[int]:
-        """The env steps of the rounds asked for since this start, in order."""
-        return self.rounds.steps
-
-    @property
-    def actor_handles(self) -> list[Any]:
-        return self.nodes.actor_handles
-
-    @property
-    def actor_restarts(self) -> int:
-        return self.nodes.actor_restarts
-
-    @property
-    def evaluator(self) -> Any:
-        return self.nodes.evaluator
 
     # ---------------------------------------------------------------------------------------- start
 
@@ -351,27 +292,6 @@ class DistributedProgram:
         if wait:
             get_quietly(self._snapshot_ref, self.options.stop_timeout_seconds)
             self._snapshot_ref = None
-
-    def evaluation_returns_since(self, start: int) -> list[float] | None:
-        """The evaluator's returns after its first `start` episodes (None when it cannot answer now)."""
-        if not self.nodes.evaluator_running:
-            return None
-        try:
-            return ray.get(self.evaluator.returns_since.remote(start), timeout=5.0)
-        except Exception:
-            return None
-
-    def latest_evaluation(self) -> tuple[int, int, float] | None:
-        """The evaluator's `(episodes so far, learner step, return)`, or None (never waits long)."""
-        if not self.nodes.evaluator_running:
-            return None
-        try:
-            return ray.get(self.evaluator.latest.remote(), timeout=5.0)
-        except Exception:
-            return None
-
-    def elapsed(self) -> float:
-        return 0.0 if self._started_at is None else time.monotonic() - self._started_at
 
     # ----------------------------------------------------------------------------------------- stop
 
