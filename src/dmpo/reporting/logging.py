@@ -25,8 +25,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-# rewind_logs is also imported from here by dmpo.distributed.run_files, until that imports it from
-# dmpo.reporting.rewind.
 from dmpo.reporting.rewind import event_file_suffix, rewind_logs
 
 __all__ = [

@@ -199,8 +199,7 @@ class Run:
                 return {"env_steps": self.plan.reached, "run_dir": str(self.plan.run_dir), "last_eval": None,
                         "stop_reason": None, "nothing_to_do": True}
             assert self.folder is not None and self.status is not None
-            abandoned = functools.partial(self.folder.set_status, "interrupted",
-                                          reason="exited at once on a third Ctrl-C")
+            abandoned = functools.partial(self._end, "interrupted", "exited at once on a third Ctrl-C")
             with interrupt_on_signals(), starting_up(), when_abandoned(abandoned):
                 started = time.monotonic()
                 summary = self._train()
