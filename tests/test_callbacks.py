@@ -7,12 +7,12 @@ import json
 
 import numpy as np
 import pytest
+from dmpo.callbacks import BestPolicy, Callback, CallbackList, RunEvents, StopAtReturn, read_best
 
 import wandb_records
 from dmpo.agent.policies.snapshot import load_policy
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import FakeEnvironment
-from dmpo.callbacks import BestPolicy, Callback, CallbackList, RunEvents, StopAtReturn, read_best
 from dmpo.run.local import train
 from dmpo.utils.seeds import evaluation_seed
 from test_agent import tiny_config

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ from dmpo.agent.policies.snapshot import environment_spec_from_dict, environment
 from dmpo.config import DMPOConfig
 from dmpo.config.files import load_config, save_config
 from dmpo.utils.checkpointing import Checkpointer
-from dmpo.utils.files import atomic_write_text, fsync_directory, make_kept_directory
+from dmpo.utils.files import atomic_directory, atomic_write_text
 
 if TYPE_CHECKING:
     from dmpo.agent.core import DMPO
@@ -42,9 +41,7 @@ def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = Fals
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists; DMPO.save writes a new folder and never replaces one")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = make_kept_directory(path.parent, f".{path.name}.")
-    try:
+    with atomic_directory(path) as temp:
         with agent.pause():
             learner_state = agent.learner.save_state()
             if replay:
@@ -60,11 +57,6 @@ def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = Fals
         Checkpointer(temp / "learner", max_to_keep=1).save(int(learner_state.steps), learner_state)
         save_config(temp / "config.json", agent.config)
         atomic_write_text(temp / "agent.json", json.dumps(record, indent=2) + "\n")
-        fsync_directory(temp)
-        os.rename(temp, path)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
     return path
 
 

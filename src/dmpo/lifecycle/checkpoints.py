@@ -37,7 +37,7 @@ from typing import Any
 from dmpo.lifecycle.lock import is_mine_or_free
 from dmpo.lifecycle.retention import prune
 from dmpo.utils.checkpointing import Checkpointer, CheckpointError, verify_checkpoint_file
-from dmpo.utils.files import atomic_write_text, fsync_directory, make_kept_directory
+from dmpo.utils.files import atomic_directory, atomic_write_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,19 +229,12 @@ class TrainingCheckpoints:
         while (self.directory / _folder_name(step, index)).exists():  # e.g. a folder without state.json
             index += 1
         final = self.directory / _folder_name(step, index)
-        temp = make_kept_directory(self.directory, _TEMP_PREFIX)  # the umask's mode, not 0700
-        try:
+        with atomic_directory(final, temp_prefix=_TEMP_PREFIX) as temp:  # never replaces `final`
             Checkpointer(temp / "learner", max_to_keep=1).save(int(state.get("learner_steps", 0)),
                                                               learner_state, {"env_steps": step})
             if table is not None:
                 table.save(temp / "replay.npz")
             atomic_write_text(temp / "state.json", json.dumps(state, indent=2, sort_keys=True) + "\n")
-            fsync_directory(temp)
-            os.rename(temp, final)  # `final` does not exist: a complete checkpoint is never replaced
-        except BaseException:
-            shutil.rmtree(temp, ignore_errors=True)
-            raise
-        fsync_directory(self.directory)
         prune(self.paths(), final, self.keep, verify)  # see dmpo.lifecycle.retention
         return final
 
