@@ -16,6 +16,7 @@ from dmpo.envs import FakeEnvironment, ReachTarget, make_environment_spec
 from dmpo.reporting.logging import NoOpLogger
 from dmpo.run.local import train
 from dmpo.utils.counting import Counter
+from old_formats import previous_agent_folder, rewrite_json
 
 TINY_NETWORKS = NetworkConfig(policy_layer_sizes=(16,), critic_layer_sizes=(16,), vmin=-10.0, vmax=10.0,
                               num_atoms=11)
@@ -285,7 +286,8 @@ def test_resume_without_replay_waits_for_fresh_observations(tmp_path):
 
 
 def test_save_and_load_continue_with_the_same_actions_and_updates(tmp_path):
-    """`DMPO.load(agent.save(path))` acts and learns exactly as the saved agent goes on to."""
+    """`DMPO.load(agent.save(path))` acts and learns exactly as the saved agent goes on to, also from a
+    folder in the previous dmpo's formats; an agent.json of a newer dmpo is refused."""
     def env():
         return FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10, seed=5)
 
@@ -307,6 +309,7 @@ def test_save_and_load_continue_with_the_same_actions_and_updates(tmp_path):
         agent.save(tmp_path / "no-replay")
     expected_actions, expected_state = next_episode(agent)
 
+    previous_agent_folder(tmp_path / "with-replay")  # as the previous dmpo wrote it: it still loads exactly
     loaded = DMPO.load(tmp_path / "with-replay")
     assert loaded.config == agent.config and loaded.num_observations == 30
     actions, state = next_episode(loaded)
@@ -319,3 +322,6 @@ def test_save_and_load_continue_with_the_same_actions_and_updates(tmp_path):
     assert without.table.stats().size == 0 and without.learning_starts == 30 + without.config.min_observations
     first = without.select_action(env().reset().observation)
     np.testing.assert_array_equal(first, expected_actions[0])  # the same policy and action count
+    rewrite_json(tmp_path / "no-replay" / "agent.json", lambda data: data.update(format_version=4))
+    with pytest.raises(ValueError, match=r"agent.json has format version 4, .*dmpo.agent format version 3"):
+        DMPO.load(tmp_path / "no-replay")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import numpy as np
 import pytest
+from flax import serialization
 
 import dmpo
 from dmpo.agent.acting import make_policy_fns
@@ -71,7 +74,36 @@ def test_damaged_or_foreign_files_are_rejected(env_spec, tmp_path):
         load_policy(truncated)
     foreign = tmp_path / "foreign.msgpack"
     foreign.write_bytes(b"\x81\xa3abc\x01")  # a valid msgpack map, but not a snapshot
-    with pytest.raises(SnapshotError, match="not a dmpo policy snapshot"):
+    with pytest.raises(SnapshotError, match="not a dmpo.policy file"):
         load_policy(foreign)
     with pytest.raises(SnapshotError, match="no policy snapshot"):
         load_policy(tmp_path / "missing.msgpack")
+
+
+def rewritten(path, target, change):
+    payload = serialization.msgpack_restore(path.read_bytes())
+    change(payload)
+    target.write_bytes(serialization.msgpack_serialize(payload))
+    return target
+
+
+def as_version_two(payload):
+    """The header the previous dmpo wrote: its own format name and a "version" key."""
+    del payload["format_version"]
+    payload.update(format="dmpo-policy-snapshot", version=2)
+
+
+def test_a_previous_snapshot_loads_and_a_newer_one_is_refused(tmp_path):
+    spec = make_environment_spec(FakeEnvironment(observation_shape=(3,), action_dim=2))
+    _, params = random_params(spec)
+    path = save_policy(tmp_path / "policy.msgpack", spec, CONFIG, params)
+    old = rewritten(path, tmp_path / "old.msgpack", as_version_two)
+    observation = np.full(3, 0.3, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # version 2 recorded the task: no warning
+        np.testing.assert_array_equal(load_policy(old)(observation), load_policy(path)(observation))
+    newer = rewritten(path, tmp_path / "newer.msgpack", lambda payload: payload.update(format_version=4))
+    with pytest.raises(SnapshotError, match=r"newer.msgpack has format version 4, .*"
+                                            r"dmpo.policy format version 3 at most") as refused:
+        load_policy(newer)
+    assert "\n" not in str(refused.value)
