@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dmpo.config import ConfigError, TrainConfig
+from dmpo.lifecycle.callbacks import read_best
 from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints
 from dmpo.lifecycle.directory import RunDirectory, check_run_path, config_from_dict, config_to_dict
 from dmpo.lifecycle.interrupts import Interrupted, critical, exit_code, interrupt_on_signals
@@ -120,6 +121,16 @@ def test_run_files_of_the_previous_dmpo_read_and_foreign_ones_are_refused(tmp_pa
     rewrite_json(run.config_path, lambda data: data.update(format="dmpo.agent"))
     with pytest.raises(ConfigError, match="config.json: the saved config is not a dmpo.config file"):
         run.load_config(TrainConfig)
+
+
+def test_a_best_json_of_the_previous_dmpo_reads_and_a_newer_one_is_refused(tmp_path):
+    best = tmp_path / "snapshots" / "best.json"
+    best.parent.mkdir()
+    best.write_text('{"return_mean": 3.0, "actor_steps": 20, "learner_steps": 1}')  # no header
+    assert read_best(tmp_path)["return_mean"] == 3.0
+    best.write_text('{"format": "dmpo.best", "format_version": 2, "return_mean": 3.0}')
+    with pytest.raises(ValueError, match="best.json has format version 2, .*dmpo.best format version 1"):
+        read_best(tmp_path)
 
 
 def test_an_old_checkpoint_folder_verifies_and_loads(tmp_path):

@@ -214,7 +214,7 @@ class RunDirectory:
         if changes:
             entry["config_changes"] = changes
         info.update(status="starting", resumes=[*info.get("resumes", []), entry])
-        atomic_write_json(self.info_path, info)
+        atomic_write_json(self.info_path, {**RUN_INFO.header(), **info})
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"

@@ -25,8 +25,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["AGENT", "CHECKPOINT", "CONFIG", "FORMAT_KEY", "NAME_KEY", "REPLAY", "RUN_INFO", "SNAPSHOT",
-           "STATE", "FileFormat", "read_header"]
+__all__ = ["AGENT", "BEST", "CHECKPOINT", "CONFIG", "FORMAT_KEY", "NAME_KEY", "REPLAY", "RUN_INFO",
+           "SNAPSHOT", "STATE", "SWEEP", "SWEEP_POINT", "FileFormat", "read_header"]
 
 NAME_KEY = "format"
 FORMAT_KEY = "format_version"
@@ -57,6 +57,10 @@ class FileFormat:
 STATE = FileFormat("dmpo.state", 1, {None: (FORMAT_KEY, 1)})  # a checkpoint's state.json
 CONFIG = FileFormat("dmpo.config", 1, {None: (FORMAT_KEY, 1)})  # config.json, and configs inside files
 RUN_INFO = FileFormat("dmpo.run", 1, {None: (FORMAT_KEY, 1)})  # run.json
+BEST = FileFormat("dmpo.best", 1, {None: (FORMAT_KEY, 1)})  # snapshots/best.json
+# A sweep's folder: sweep.json (commands, defining settings) and each grid point's flags.json.
+SWEEP = FileFormat("dmpo.sweep", 1, {None: (FORMAT_KEY, 1)})
+SWEEP_POINT = FileFormat("dmpo.sweep-point", 1, {None: (FORMAT_KEY, 1)})
 # Binary files, which named themselves and kept their version under `version`.
 CHECKPOINT = FileFormat("dmpo.checkpoint", 2, {"dmpo-checkpoint": ("version", 1)})  # a pytree file
 REPLAY = FileFormat("dmpo.replay", 2, {"dmpo.replay.table": ("version", 1)})  # replay.npz
