@@ -53,6 +53,23 @@ def rewrite_json(path: Path, change: Callable[[dict], None]) -> Path:
     return path
 
 
+def rewrite_snapshot(path: Path, change: Callable[[dict], None], target: Path | None = None) -> Path:
+    """Rewrites the policy snapshot `path` (to `target`, if given) with `change(payload)` applied."""
+    from flax import serialization
+
+    payload = serialization.msgpack_restore(path.read_bytes())
+    change(payload)
+    target = path if target is None else target
+    target.write_bytes(serialization.msgpack_serialize(payload))
+    return target
+
+
+def previous_snapshot(payload: dict) -> None:
+    """A policy snapshot as version 2 wrote it: its own format name and a "version" key."""
+    del payload["format_version"]
+    payload.update(format="dmpo-policy-snapshot", version=2)
+
+
 def previous_checkpoint(header: dict) -> None:
     """A checkpoint file's header as version 1 wrote it."""
     del header["format_version"]
@@ -89,3 +106,19 @@ def previous_agent_folder(path: Path) -> None:
     rewrite_checkpoint(learner_file, previous_checkpoint)
     if (path / "replay.npz").is_file():
         rewrite_replay(path / "replay.npz", previous_replay)
+
+
+def previous_run_folder(path: Path) -> None:
+    """A run folder written by this dmpo, turned into what the previous dmpo wrote."""
+    rewrite_json(path / "config.json", previous_run_file)
+    rewrite_json(path / "run.json", previous_run_file)
+    if (path / "snapshots" / "best.json").is_file():
+        rewrite_json(path / "snapshots" / "best.json", unversioned_run_file)
+    for snapshot in (path / "snapshots").glob("*.msgpack"):
+        rewrite_snapshot(snapshot, previous_snapshot)
+    for checkpoint in (path / "checkpoints").glob("step_*"):
+        rewrite_json(checkpoint / "state.json", previous_run_file)
+        (learner_file,) = (checkpoint / "learner").glob("checkpoint_*.ckpt")
+        rewrite_checkpoint(learner_file, previous_checkpoint)
+        if (checkpoint / "replay.npz").is_file():
+            rewrite_replay(checkpoint / "replay.npz", previous_replay)

@@ -16,7 +16,7 @@ from dmpo.envs import FakeEnvironment, ReachTarget, make_environment_spec
 from dmpo.reporting.logging import NoOpLogger
 from dmpo.run.local import train
 from dmpo.utils.counting import Counter
-from old_formats import previous_agent_folder, rewrite_json
+from old_formats import previous_agent_folder, previous_run_folder, rewrite_json
 
 TINY_NETWORKS = NetworkConfig(policy_layer_sizes=(16,), critic_layer_sizes=(16,), vmin=-10.0, vmax=10.0,
                               num_atoms=11)
@@ -143,7 +143,8 @@ def test_agent_learns_reach_target(tmp_path):
 
 @pytest.mark.parametrize("sgd_steps_per_call", [1, 4])
 def test_resume_after_kill_continues_exactly(tmp_path, sgd_steps_per_call):
-    """With 4 updates per call, a checkpoint can hold due updates not run yet (pending_sgd_steps)."""
+    """With 4 updates per call, a checkpoint can hold due updates not run yet (pending_sgd_steps); with
+    one, the killed run's folder is in the previous dmpo's formats."""
     env_factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1,  # noqa: E731
                                                episode_length=10, seed=seed % 1000)
     learner = LearnerConfig(num_samples=3, sgd_steps_per_call=sgd_steps_per_call)
@@ -164,6 +165,8 @@ def test_resume_after_kill_continues_exactly(tmp_path, sgd_steps_per_call):
     assert killed.steps() == [150]
     if sgd_steps_per_call > 1:  # the case this parameter is here for
         assert json.loads((killed.paths()[0] / "state.json").read_text())["pending_sgd_steps"] > 0
+    else:  # a run folder of the previous dmpo (files without the common header) resumes exactly too
+        previous_run_folder(tmp_path / "killed")
     train(config, tmp_path / "killed", resume=True, env_factory=env_factory, progress=False, quiet=True)
 
     full = TrainingCheckpoints(tmp_path / "full" / "checkpoints")

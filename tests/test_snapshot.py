@@ -7,7 +7,6 @@ import warnings
 import jax
 import numpy as np
 import pytest
-from flax import serialization
 
 import dmpo
 from dmpo.agent.acting import make_policy_fns
@@ -15,6 +14,7 @@ from dmpo.agent.networks import PolicyParams, init_params, make_networks
 from dmpo.agent.policies.snapshot import SnapshotError, load_policy, save_policy
 from dmpo.config import NetworkConfig
 from dmpo.envs import FakeEnvironment, make_environment_spec
+from old_formats import previous_snapshot, rewrite_snapshot
 
 CONFIG = NetworkConfig(policy_layer_sizes=(8, 8), critic_layer_sizes=(8,), num_atoms=5, init_scale=0.4)
 
@@ -80,29 +80,17 @@ def test_damaged_or_foreign_files_are_rejected(env_spec, tmp_path):
         load_policy(tmp_path / "missing.msgpack")
 
 
-def rewritten(path, target, change):
-    payload = serialization.msgpack_restore(path.read_bytes())
-    change(payload)
-    target.write_bytes(serialization.msgpack_serialize(payload))
-    return target
-
-
-def as_version_two(payload):
-    """The header the previous dmpo wrote: its own format name and a "version" key."""
-    del payload["format_version"]
-    payload.update(format="dmpo-policy-snapshot", version=2)
-
-
 def test_a_previous_snapshot_loads_and_a_newer_one_is_refused(tmp_path):
     spec = make_environment_spec(FakeEnvironment(observation_shape=(3,), action_dim=2))
     _, params = random_params(spec)
     path = save_policy(tmp_path / "policy.msgpack", spec, CONFIG, params)
-    old = rewritten(path, tmp_path / "old.msgpack", as_version_two)
+    old = rewrite_snapshot(path, previous_snapshot, tmp_path / "old.msgpack")
     observation = np.full(3, 0.3, np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # version 2 recorded the task: no warning
         np.testing.assert_array_equal(load_policy(old)(observation), load_policy(path)(observation))
-    newer = rewritten(path, tmp_path / "newer.msgpack", lambda payload: payload.update(format_version=4))
+    newer = rewrite_snapshot(path, lambda payload: payload.update(format_version=4),
+                             tmp_path / "newer.msgpack")
     with pytest.raises(SnapshotError, match=r"newer.msgpack has format version 4, .*"
                                             r"dmpo.policy format version 3 at most") as refused:
         load_policy(newer)
