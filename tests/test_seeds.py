@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dmpo.agent.acting import env_keys
-from dmpo.utils.seeds import agent_seeds, lockstep_env_seeds, reward_probe_seed
+from dmpo.utils.seeds import agent_seeds, evaluator_video_seed, lockstep_env_seeds, reward_probe_seed
 
 
 def test_agent_seeds_are_the_three_words_of_the_seed_sequence():
@@ -26,3 +26,7 @@ def test_lockstep_seeds_and_the_actor_keys_derived_from_them():
 def test_reward_probe_seed_is_the_seed_plus_its_offset():
     assert reward_probe_seed(42) == 7_920_035
     assert reward_probe_seed(0) == 7_919_993
+
+
+def test_the_distributed_evaluators_filmed_episode_seed_is_its_node_seed_plus_the_round():
+    assert evaluator_video_seed(2_000_006, 3) == 2_000_009

@@ -77,7 +77,8 @@ def read_header(data: Any, file_format: FileFormat, where: str, error: type[Exce
         raise error(f"{where} is not a {file_format.name} file (its top level is not a record)")
     name = data.get(NAME_KEY)
     if name == file_format.name:
-        found, newest = data.get(FORMAT_KEY), file_format.version
+        key, newest = FORMAT_KEY, file_format.version
+        found = data.get(key)
     else:
         scheme = file_format.legacy.get(name if isinstance(name, str) else None)
         if scheme is None:
@@ -85,7 +86,11 @@ def read_header(data: Any, file_format: FileFormat, where: str, error: type[Exce
         key, newest = scheme
         found = data.get(key, 1)
     if not isinstance(found, int) or isinstance(found, bool) or found < 1:
-        raise error(f"{where}: {FORMAT_KEY} must be a positive integer, got {found!r}")
+        raise error(f"{where}: {key} must be a positive integer, got {found!r}")
+    if found > newest and name != file_format.name:  # no dmpo wrote such a file
+        scheme_name = f"the pre-header format {name!r}" if isinstance(name, str) else "no format name"
+        raise error(f"{where} has {scheme_name} with version {found}, which no dmpo wrote (the last "
+                    f"was {newest})")
     if found > newest:
         raise error(f"{where} has format version {found}, but this dmpo reads {file_format.name} format "
                     f"version {file_format.version} at most; upgrade dmpo to read it")

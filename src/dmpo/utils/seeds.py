@@ -21,7 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["ROLE_ACTOR", "ROLE_EVALUATOR", "ROLE_LEARNER", "ROLE_REPLAY", "AgentSeeds", "agent_seeds",
-           "evaluation_seed", "lockstep_env_seeds", "node_seed", "reward_probe_seed", "segment_seed"]
+           "evaluation_seed", "evaluator_video_seed", "lockstep_env_seeds", "node_seed", "reward_probe_seed",
+           "segment_seed"]
 
 EVALUATION_SEED_OFFSET = 1_000_003
 REWARD_PROBE_SEED_OFFSET = 7_919_993
@@ -39,6 +40,12 @@ def segment_seed(seed: int, episode_index: int, env_index: int = 0) -> int:
 def evaluation_seed(seed: int, round_index: int) -> int:
     """The environment seed of evaluation round `round_index` in one process."""
     return segment_seed(seed + EVALUATION_SEED_OFFSET, round_index)
+
+
+def evaluator_video_seed(evaluator_seed: int, round_index: int) -> int:
+    """The environment seed of the episode the distributed evaluator films after evaluation round
+    `round_index` (`--video-every`), from its node seed."""
+    return evaluator_seed + round_index
 
 
 def node_seed(base: int, role: int, index: int = 0, generation: int = 0) -> int:
