@@ -5,7 +5,8 @@ One process: the training environments are re-created at every segment between c
 evaluation round k uses `evaluation_seed(seed, k)`, so evaluation episodes never share seeds with
 training episodes. Distributed: each node gets `node_seed(seed, role, index, generation)`, distinct
 per role, index and restart generation (a replaced actor acts differently from the one it replaces);
-a node stepping N lockstep environments seeds environment i with `lockstep_env_seeds(node seed, N)[i]`.
+a node stepping N lockstep environments seeds environment i with `lockstep_env_seeds(node seed, N)[i]`,
+and the evaluator films its `--video-every` episode with `evaluator_video_seed(node seed, round)`.
 
 Inside the agent: `agent_seeds(seed)` seeds its replay table, learner and actor; the actor's random
 stream for lockstep environment i starts from `lockstep_env_seeds(actor seed, N)[i]`; the probe that
