@@ -142,6 +142,7 @@ def test_an_old_checkpoint_folder_verifies_and_loads(tmp_path):
     assert checkpoints.latest() == path
     restored, saved, _ = TrainingCheckpoints.load(path, learner_state(0.0))
     assert float(restored["w"][0, 0]) == 1.0 and saved["env_steps"] == 100
+    assert checkpoints.save(100, learner_state(1.0), state(100)) == path  # the same state: nothing written
 
 
 def test_status_carries_a_reason_until_the_next_resume(tmp_path):

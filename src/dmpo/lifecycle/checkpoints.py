@@ -126,6 +126,12 @@ def _read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def _contents(state: dict[str, Any]) -> dict[str, Any]:
+    """state.json without its file header: a checkpoint of the previous dmpo (no header) holding the
+    same state counts as the same."""
+    return {key: value for key, value in state.items() if key not in STATE.header()}
+
+
 _verified: dict[tuple, dict[str, Any]] = {}  # folder + file stats -> state: verify each version once
 
 
@@ -229,7 +235,7 @@ class TrainingCheckpoints:
         if same_step:
             index, path = same_step[-1]
             try:
-                if _read_state(path) == json.loads(json.dumps(state)):
+                if _contents(_read_state(path)) == _contents(json.loads(json.dumps(state))):
                     return path
             except CheckpointError:
                 pass
