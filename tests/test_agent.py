@@ -16,6 +16,7 @@ from dmpo.envs import FakeEnvironment, ReachTarget, make_environment_spec
 from dmpo.reporting.logging import NoOpLogger
 from dmpo.run.run import train
 from dmpo.utils.counting import Counter
+from old_formats import previous_agent_folder, previous_run_folder, rewrite_json
 
 TINY_NETWORKS = NetworkConfig(policy_layer_sizes=(16,), critic_layer_sizes=(16,), vmin=-10.0, vmax=10.0,
                               num_atoms=11)
@@ -136,7 +137,8 @@ def test_agent_learns_reach_target(tmp_path):
 
 @pytest.mark.parametrize("sgd_steps_per_call", [1, 4])
 def test_resume_after_kill_continues_exactly(tmp_path, sgd_steps_per_call):
-    """With 4 updates per call, a checkpoint can hold due updates not run yet (pending_sgd_steps)."""
+    """With 4 updates per call, a checkpoint can hold due updates not run yet (pending_sgd_steps); with
+    one, the killed run's folder is in the previous dmpo's formats."""
     env_factory = lambda seed: FakeEnvironment(observation_shape=(2,), action_dim=1,  # noqa: E731
                                                episode_length=10, seed=seed % 1000)
     learner = LearnerConfig(num_samples=3, sgd_steps_per_call=sgd_steps_per_call)
@@ -157,6 +159,8 @@ def test_resume_after_kill_continues_exactly(tmp_path, sgd_steps_per_call):
     assert killed.steps() == [150]
     if sgd_steps_per_call > 1:  # the case this parameter is here for
         assert json.loads((killed.paths()[0] / "state.json").read_text())["pending_sgd_steps"] > 0
+    else:  # a run folder of the previous dmpo (files without the common header) resumes exactly too
+        previous_run_folder(tmp_path / "killed")
     train(config, tmp_path / "killed", resume=True, env_factory=env_factory, progress=False, quiet=True)
 
     full = TrainingCheckpoints(tmp_path / "full" / "checkpoints")
@@ -279,7 +283,8 @@ def test_resume_without_replay_waits_for_fresh_observations(tmp_path):
 
 
 def test_save_and_load_continue_with_the_same_actions_and_updates(tmp_path):
-    """`DMPO.load(agent.save(path))` acts and learns exactly as the saved agent goes on to."""
+    """`DMPO.load(agent.save(path))` acts and learns exactly as the saved agent goes on to, also from a
+    folder in the previous dmpo's formats; an agent.json of a newer dmpo is refused."""
     def env():
         return FakeEnvironment(observation_shape=(2,), action_dim=1, episode_length=10, seed=5)
 
@@ -301,6 +306,7 @@ def test_save_and_load_continue_with_the_same_actions_and_updates(tmp_path):
         agent.save(tmp_path / "no-replay")
     expected_actions, expected_state = next_episode(agent)
 
+    previous_agent_folder(tmp_path / "with-replay")  # as the previous dmpo wrote it: it still loads exactly
     loaded = DMPO.load(tmp_path / "with-replay")
     assert loaded.config == agent.config and loaded.num_observations == 30
     actions, state = next_episode(loaded)
@@ -313,3 +319,6 @@ def test_save_and_load_continue_with_the_same_actions_and_updates(tmp_path):
     assert without.table.stats().size == 0 and without.learning_starts == 30 + without.config.min_observations
     first = without.select_action(env().reset().observation)
     np.testing.assert_array_equal(first, expected_actions[0])  # the same policy and action count
+    rewrite_json(tmp_path / "no-replay" / "agent.json", lambda data: data.update(format_version=4))
+    with pytest.raises(ValueError, match=r"agent.json has format version 4, .*dmpo.agent format version 3"):
+        DMPO.load(tmp_path / "no-replay")

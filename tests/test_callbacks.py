@@ -95,7 +95,8 @@ def test_best_policy_writes_only_improvements_and_keeps_the_record_across_a_resu
     for steps, value in [(10, 1.0), (20, 3.0), (30, 2.0), (40, float("nan"))]:
         evaluate(first, value, steps)
     assert written == [(1.0, "best.msgpack"), (3.0, "best.msgpack")]
-    assert read_best(tmp_path) == {"return_mean": 3.0, "actor_steps": 20, "learner_steps": 1}
+    assert read_best(tmp_path) == {"format": "dmpo.best", "format_version": 1, "return_mean": 3.0,
+                                   "actor_steps": 20, "learner_steps": 1}
     resumed = CallbackList(run_events(True), [BestPolicy()])
     resumed.on_train_start()
     evaluate(resumed, 2.5, 30)  # worse than the best before the resume: kept

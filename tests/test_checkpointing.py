@@ -1,9 +1,10 @@
-"""Checkpoints: exact round trip of a learner state (the next update is unchanged), retention,
-corruption and mismatch errors that name the problem, and atomic writes."""
+"""The checkpoint file (dmpo.utils.checkpointing): exact round trip of a learner state (the next
+update is unchanged), corruption and mismatch errors that name the problem, atomic writes, and the
+file header (version-1 files read, newer ones refused). Retention is the checkpoint manager's
+(tests/test_training_checkpoints.py, tests/test_run_safety.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -17,7 +18,15 @@ from dmpo.agent.learning import init_training_state, make_update_fn
 from dmpo.agent.networks import make_networks
 from dmpo.config import LearnerConfig, MPOLossConfig, NetworkConfig
 from dmpo.types import EnvironmentSpec, Transition
-from dmpo.utils.checkpointing import MAGIC, Checkpointer, CheckpointError
+from dmpo.utils.checkpointing import (
+    MAGIC,
+    CheckpointError,
+    checkpoint_file_name,
+    find_checkpoint_file,
+    read_checkpoint,
+    write_checkpoint_file,
+)
+from old_formats import checkpoint_header, previous_checkpoint, rewrite_checkpoint
 
 B, D, OBS = 4, 2, 3
 SPEC = EnvironmentSpec(
@@ -56,6 +65,10 @@ def assert_identical(a, b):
 SMALL = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": {"c": np.int32(7), "d": None, "e": {}}}
 
 
+def write(directory, step, state, metadata=None):
+    return write_checkpoint_file(directory / checkpoint_file_name(step), state, metadata, step=step)
+
+
 def test_learner_state_round_trip_continues_bit_for_bit(tmp_path):
     nets = networks()
     update = make_update_fn(nets, CONFIG)
@@ -63,9 +76,9 @@ def test_learner_state_round_trip_continues_bit_for_bit(tmp_path):
     for step in range(3):
         state, _ = update(state, batch(step))
     counts = {"learner_steps": 3, "learner_walltime": 1.25}
-    path = Checkpointer(tmp_path).save(3, jax.device_get(state), {"counts": counts})
+    path = write(tmp_path, 3, jax.device_get(state), {"counts": counts})
     template = init_training_state(nets, SPEC, CONFIG, jax.random.PRNGKey(1))  # other values, same shapes
-    restored, metadata = Checkpointer(tmp_path).restore(template)
+    restored, metadata = read_checkpoint(path, template)
     assert metadata == {"counts": counts}
     assert_identical(restored, state)  # params, targets, duals, both Adam moments, step, RNG key
     continued, metrics = update(state, batch(3))
@@ -76,9 +89,7 @@ def test_learner_state_round_trip_continues_bit_for_bit(tmp_path):
 
 
 def test_none_and_empty_leaves_round_trip(tmp_path):
-    checkpointer = Checkpointer(tmp_path)
-    checkpointer.save(0, SMALL)
-    restored, metadata = checkpointer.restore(SMALL)
+    restored, metadata = read_checkpoint(write(tmp_path, 0, SMALL), SMALL)
     assert metadata == {} and restored["b"]["d"] is None and restored["b"]["e"] == {}
     np.testing.assert_array_equal(restored["a"], SMALL["a"])
     assert int(restored["b"]["c"]) == 7
@@ -88,27 +99,21 @@ def test_duals_without_penalty_round_trip(tmp_path):
     config = LearnerConfig(num_samples=3, mpo=MPOLossConfig(action_penalization=False))
     state = jax.device_get(init_training_state(networks(), SPEC, config, jax.random.PRNGKey(0)))
     assert state.duals.log_penalty_temperature is None
-    Checkpointer(tmp_path).save(1, state)
-    restored, _ = Checkpointer(tmp_path).restore(state)
+    restored, _ = read_checkpoint(write(tmp_path, 1, state), state)
     assert_identical(restored, state)
 
 
-def test_keeps_the_newest_k(tmp_path):
-    checkpointer = Checkpointer(tmp_path, max_to_keep=2)
-    assert checkpointer.latest() is None
-    for step in (5, 1, 7, 3):
-        checkpointer.save(step, {"x": np.full(2, step, np.float32)})
-    assert checkpointer.all_steps() == [5, 7]
-    assert checkpointer.latest() == checkpointer.path_for(7)
-    state, _ = checkpointer.restore({"x": np.zeros(2, np.float32)})
-    np.testing.assert_array_equal(state["x"], [7, 7])
-    state, _ = checkpointer.restore({"x": np.zeros(2, np.float32)}, path=checkpointer.path_for(5))
-    np.testing.assert_array_equal(state["x"], [5, 5])
+def test_the_file_in_a_folder_is_found_by_its_name(tmp_path):
+    assert find_checkpoint_file(tmp_path) is None and find_checkpoint_file(tmp_path / "missing") is None
+    for step in (5, 12):
+        write(tmp_path, step, SMALL)
+    (tmp_path / ".checkpoint_000000000099.ckpt.abc.tmp").write_bytes(b"half")  # a killed writer's
+    assert find_checkpoint_file(tmp_path) == tmp_path / "checkpoint_000000000012.ckpt"
 
 
-def test_restore_without_checkpoint_is_an_error(tmp_path):
-    with pytest.raises(CheckpointError, match="no checkpoint"):
-        Checkpointer(tmp_path).restore(SMALL)
+def test_a_missing_file_is_a_checkpoint_error(tmp_path):
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        read_checkpoint(tmp_path / "checkpoint_000000000001.ckpt", SMALL)
 
 
 def corrupt(path, position: int, bit: int = 0) -> None:
@@ -118,8 +123,7 @@ def corrupt(path, position: int, bit: int = 0) -> None:
 
 
 def test_any_flipped_bit_is_detected(tmp_path):
-    checkpointer = Checkpointer(tmp_path)
-    path = checkpointer.save(1, SMALL, {"note": "x"})
+    path = write(tmp_path, 1, SMALL, {"note": "x"})
     original = path.read_bytes()
     rng = np.random.default_rng(0)
     positions = set(range(len(MAGIC) + 8 + 32 + 4)) | set(rng.integers(0, len(original), 200).tolist())
@@ -127,38 +131,38 @@ def test_any_flipped_bit_is_detected(tmp_path):
         path.write_bytes(original)
         corrupt(path, position, bit=int(rng.integers(8)))
         with pytest.raises(CheckpointError, match=re.escape(str(path))):
-            checkpointer.restore(SMALL)
+            read_checkpoint(path, SMALL)
 
 
 @pytest.mark.parametrize(("where", "message"), [
     ("payload", "corrupted payload"),
     ("header", "corrupted header"),
-    ("magic", "not a dmpo-checkpoint file"),
+    ("magic", "not a dmpo.checkpoint file"),
 ])
 def test_corruption_messages_say_what_is_wrong(tmp_path, where, message):
-    path = Checkpointer(tmp_path).save(1, SMALL)
+    path = write(tmp_path, 1, SMALL)
     size = path.stat().st_size
     corrupt(path, {"payload": size - 3, "header": len(MAGIC) + 8 + 32 + 5, "magic": 0}[where])
     with pytest.raises(CheckpointError, match=message):
-        Checkpointer(tmp_path).restore(SMALL)
+        read_checkpoint(path, SMALL)
 
 
 @pytest.mark.parametrize("fraction", [0.01, 0.2, 0.5, 0.99])
 def test_truncated_file_is_detected(tmp_path, fraction):
-    path = Checkpointer(tmp_path).save(1, SMALL)
+    path = write(tmp_path, 1, SMALL)
     data = path.read_bytes()
     path.write_bytes(data[:int(fraction * len(data))])
     with pytest.raises(CheckpointError, match="truncated"):
-        Checkpointer(tmp_path).restore(SMALL)
+        read_checkpoint(path, SMALL)
 
 
 def test_mismatched_template_names_first_leaf_and_both_shapes(tmp_path):
     small, large = networks((8,)), networks((16,))
     saved = jax.device_get(init_training_state(small, SPEC, CONFIG, jax.random.PRNGKey(0)))
     template = init_training_state(large, SPEC, CONFIG, jax.random.PRNGKey(0))
-    Checkpointer(tmp_path).save(1, saved)
+    path = write(tmp_path, 1, saved)
     with pytest.raises(CheckpointError, match="first mismatching leaf") as info:
-        Checkpointer(tmp_path).restore(template)
+        read_checkpoint(path, template)
     found = re.search(r"leaf '([^']+)': checkpoint has shape (\([^)]*\)) \w+, template has shape (\([^)]*\))",
                       str(info.value))
     assert found, str(info.value)
@@ -175,57 +179,58 @@ def test_mismatched_template_names_first_leaf_and_both_shapes(tmp_path):
 
 
 def test_missing_and_extra_leaves_are_named(tmp_path):
-    checkpointer = Checkpointer(tmp_path)
-    checkpointer.save(1, {"a": np.zeros(2)})
+    path = write(tmp_path, 1, {"a": np.zeros(2)})
     with pytest.raises(CheckpointError, match="'b' .* missing from the checkpoint"):
-        checkpointer.restore({"a": np.zeros(2), "b": np.zeros(1)})
-    checkpointer.save(2, {"a": np.zeros(2), "extra": np.zeros(3)})
+        read_checkpoint(path, {"a": np.zeros(2), "b": np.zeros(1)})
+    path = write(tmp_path, 2, {"a": np.zeros(2), "extra": np.zeros(3)})
     with pytest.raises(CheckpointError, match="'extra' .* in the checkpoint but not in the template"):
-        checkpointer.restore({"a": np.zeros(2)})
+        read_checkpoint(path, {"a": np.zeros(2)})
 
 
-def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    checkpointer = Checkpointer(tmp_path)
-    checkpointer.save(1, SMALL)
+def test_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = write(tmp_path, 1, SMALL)
+    before = path.read_bytes()
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as if the process were interrupted between write and rename
 
     monkeypatch.setattr(os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
-        checkpointer.save(2, SMALL)
+        write(tmp_path, 1, {"a": np.zeros(1)})
     monkeypatch.undo()
-    assert checkpointer.latest() == checkpointer.path_for(1)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [checkpointer.path_for(1).name]  # temp removed
-    checkpointer.restore(SMALL)
-
-
-def test_stray_partial_temp_file_is_ignored_then_cleaned(tmp_path):
-    checkpointer = Checkpointer(tmp_path)
-    good = checkpointer.save(1, SMALL)
-    stray = tmp_path / ".checkpoint_abc123.tmp"  # what a writer killed mid-write (no cleanup) leaves
-    stray.write_bytes(good.read_bytes()[:50])
-    assert checkpointer.latest() == good
-    checkpointer.restore(SMALL)
-    Checkpointer(tmp_path)  # a new writer on the directory removes the leftover
-    assert not stray.exists() and good.exists()
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # temp removed
+    read_checkpoint(path, SMALL)
 
 
 def test_bad_arguments(tmp_path):
-    checkpointer = Checkpointer(tmp_path)
     with pytest.raises(TypeError, match="metadata must be JSON-serialisable"):
-        checkpointer.save(1, SMALL, {"x": object()})
+        write(tmp_path, 1, SMALL, {"x": object()})
     with pytest.raises(ValueError, match="step"):
-        checkpointer.save(-1, SMALL)
-    with pytest.raises(ValueError, match="max_to_keep"):
-        Checkpointer(tmp_path, max_to_keep=0)
+        write_checkpoint_file(tmp_path / "x.ckpt", SMALL, step=-1)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_header_is_readable_json_with_leaf_summary(tmp_path):
-    path = Checkpointer(tmp_path).save(4, SMALL, {"k": 1})
-    data = path.read_bytes()
-    length = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
-    header = json.loads(data[len(MAGIC) + 40:len(MAGIC) + 40 + length])
-    assert header["format"] == "dmpo-checkpoint" and header["version"] == 1 and header["step"] == 4
+    path = write(tmp_path, 4, SMALL, {"k": 1})
+    header, _ = checkpoint_header(path.read_bytes())
+    assert header["format"] == "dmpo.checkpoint" and header["format_version"] == 2 and header["step"] == 4
     assert ["a", [2, 3], "float32"] in header["leaves"] and ["b/c", [], "int32"] in header["leaves"]
+
+
+def test_a_version_one_file_reads_and_a_newer_or_foreign_one_is_refused(tmp_path):
+    path = write(tmp_path, 3, SMALL, {"k": 1})
+    rewrite_checkpoint(path, previous_checkpoint)
+    restored, metadata = read_checkpoint(path, SMALL)
+    assert metadata == {"k": 1}
+    np.testing.assert_array_equal(restored["a"], SMALL["a"])
+    newer = write(tmp_path, 4, SMALL)
+    rewrite_checkpoint(newer, lambda header: header.update(format_version=3))
+    with pytest.raises(CheckpointError, match=r"checkpoint_000000000004.ckpt has format version 3, .*"
+                                              r"dmpo.checkpoint format version 2 at most") as refused:
+        read_checkpoint(newer, SMALL)
+    assert "\n" not in str(refused.value)
+    foreign = write(tmp_path, 5, SMALL)
+    rewrite_checkpoint(foreign, lambda header: header.update(format="dmpo.replay"))
+    with pytest.raises(CheckpointError, match="is not a dmpo.checkpoint file"):
+        read_checkpoint(foreign, SMALL)

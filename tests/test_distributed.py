@@ -474,7 +474,8 @@ def test_program_trains_replaces_dead_actors_stops_on_learner_death_and_resumes(
     saved_replay = Table.restore(latest / "replay.npz").stats()
     assert saved_replay.inserts > 0
     # The single-process layout: state.json is a CheckpointState, the learner state loads locally.
-    assert set(saved) == {"format_version", *(field.name for field in dataclasses.fields(CheckpointState))}
+    assert set(saved) == {"format", "format_version",
+                          *(field.name for field in dataclasses.fields(CheckpointState))}
     assert saved["wall_seconds"] > 0  # the run's wall clock, carried on by a resume
     assert saved["distributed"]
     local = DMPO(make_environment_spec(fake_environment(0)), TINY, seed=0)

@@ -7,6 +7,7 @@ import csv
 import json
 import os
 
+import numpy as np
 import pytest
 
 pytest.importorskip("ray")
@@ -17,9 +18,18 @@ import wandb_records  # noqa: E402
 from dmpo.agent.policies.snapshot import load_policy  # noqa: E402
 from dmpo.distributed import run_distributed  # noqa: E402
 from dmpo.lifecycle.callbacks import Callback, read_best  # noqa: E402
+from dmpo.utils.seeds import evaluation_seed  # noqa: E402
 from test_distributed import fake_environment, options, train_config  # noqa: E402
 
 pytestmark = pytest.mark.ray
+
+
+def episode_return(env) -> float:
+    timestep, total = env.reset(), 0.0
+    while not timestep.last():
+        timestep = env.step(np.zeros(1, np.float32))
+        total += float(timestep.reward)
+    return total
 
 
 class Recorder(Callback):
@@ -67,6 +77,9 @@ def test_callbacks_run_in_the_driver_stop_the_program_and_keep_the_best_policy(t
     assert "checkpoint" in kinds  # the checkpoint asked for at the 100-step boundary
     rows = [value for kind, value in recorder.events if kind == "evaluation"]
     assert rows[0]["actor_steps"] >= 100 and set(rows[0]) >= {"return_mean", "return_std", "learner_steps"}
+    # The round ran on an environment of its own, seeded as one process seeds its first evaluation
+    # (the fake task's rewards do not depend on the actions, so any policy scores that seed's return).
+    assert rows[0]["return_mean"] == pytest.approx(episode_return(fake_environment(evaluation_seed(3, 0))))
     assert result.stop_reason.endswith(f"at {rows[0]['actor_steps']} env steps")  # the first round
     # The best policy is the parameters the best round scored.
     best_row = max(rows, key=lambda row: row["return_mean"])

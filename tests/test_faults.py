@@ -26,7 +26,7 @@ import pytest
 import waiting
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
 from dmpo.replay import Table
-from dmpo.utils.checkpointing import Checkpointer, verify_checkpoint_file
+from dmpo.utils.checkpointing import find_checkpoint_file, verify_checkpoint_file
 
 SEED = 20261203
 TINY = ["--agent.networks.policy-layer-sizes", "8", "--agent.networks.critic-layer-sizes", "8",
@@ -63,7 +63,7 @@ def in_progress(directory: Path) -> bool:
 
 # ------------------------------------------------------------ kill -9 across checkpoint writes (20+)
 
-# A writer that saves what the trainer saves (a learner pytree through Checkpointer, a replay Table,
+# A writer that saves what the trainer saves (a learner pytree in a checkpoint file, a replay Table,
 # state.json) every 100 "steps", continuing from the newest checkpoint, with contents that are a
 # function of the step, so that what survives a kill can be checked exactly.
 _WRITER = """
@@ -178,7 +178,7 @@ KILLS = (("inside", 2), ("after", 1), ("inside", 1))
 
 def final_learner_digest(run: Path) -> tuple[int, str]:
     latest = TrainingCheckpoints(run / "checkpoints").latest()
-    header = verify_checkpoint_file(Checkpointer(latest / "learner").latest())
+    header = verify_checkpoint_file(find_checkpoint_file(latest / "learner"))
     return header["metadata"]["env_steps"], header["payload_sha256"]
 
 
@@ -299,7 +299,7 @@ def test_a_failing_learner_thread_stops_the_run_with_its_error_and_keeps_the_che
         warnings.simplefilter("error")
         latest = TrainingCheckpoints(run / "checkpoints").latest()
     if latest is not None:  # whatever was saved before the failure still verifies
-        verify_checkpoint_file(Checkpointer(latest / "learner").latest())
+        verify_checkpoint_file(find_checkpoint_file(latest / "learner"))
 
 
 # ------------------------------------------------- the distributed program: killed nodes, no leftovers

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dmpo.utils.files import (
+    atomic_directory,
     atomic_write,
     atomic_write_bytes,
     atomic_write_text,
@@ -73,3 +74,25 @@ def test_kept_files_follow_the_umask_and_private_ones_stay_owner_only(tmp_path):
     assert stat.S_IMODE((tmp_path / "kept.txt").stat().st_mode) == 0o640
     assert stat.S_IMODE((tmp_path / "private.txt").stat().st_mode) == 0o600
     assert stat.S_IMODE(folder.stat().st_mode) == 0o750 and folder.name.startswith(".temp.")
+
+
+def test_atomic_directory_appears_complete_or_not_at_all(tmp_path):
+    target = tmp_path / "out" / "saved"
+    with atomic_directory(target) as temp:
+        (temp / "a.txt").write_text("a")
+        assert not target.exists() and temp.parent == target.parent  # beside it, renamed at the end
+    assert [p.name for p in target.iterdir()] == ["a.txt"]
+    assert [p.name for p in target.parent.iterdir()] == ["saved"]  # no temporary folder left
+    assert stat.S_IMODE(target.stat().st_mode) == 0o777 & ~current_umask()  # mkdir's mode, not 0700
+
+
+def test_atomic_directory_failing_midway_leaves_nothing_and_never_replaces(tmp_path):
+    target = tmp_path / "saved"
+    with pytest.raises(RuntimeError, match="killed"), atomic_directory(target, temp_prefix=".tmp-") as temp:
+        (temp / "half.txt").write_text("half")
+        raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+    target.mkdir()
+    with pytest.raises(FileExistsError, match="never replaced"), atomic_directory(target):
+        pass
+    assert list(tmp_path.iterdir()) == [target]

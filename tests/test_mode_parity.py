@@ -88,22 +88,10 @@ def test_both_modes_settle_the_default_support_to_the_references_on_dm_control(r
         assert (networks["vmin"], networks["vmax"]) == (-150.0, 150.0), name
 
 
-def _first_frame(video):
-    import imageio.v3 as iio
-
-    return next(iio.imiter(video)).astype(int)
-
-
 def test_both_modes_film_the_same_evaluation_at_the_same_steps(runs):
-    """The video boundary at 1,000 films the evaluation there, its own episode, in both modes. Its
-    first frame shows the task's initial state, which only the environment's seed decides (not the
-    policy): the same frame in both modes means the same evaluation seed (the run's seed and the
-    evaluation's index), where the Ray evaluator once filmed an extra episode with a seed of its own."""
-    one, distributed = runs["one"][0], runs["distributed"][0]
-    assert sorted(p.name for p in (one / "videos").iterdir()) == ["step_000000001000.mp4"]
-    assert sorted(p.name for p in (distributed / "videos").iterdir()) == ["step_000000001000.mp4"]
-    first_one = _first_frame(one / "videos" / "step_000000001000.mp4")
-    first_distributed = _first_frame(distributed / "videos" / "step_000000001000.mp4")
-    assert first_one.shape == first_distributed.shape
-    # The same picture: identical frames code identically (the former extra episode differed by 1.13).
-    assert abs(first_one - first_distributed).mean() < 0.1
+    """The video boundary at 1,000 films the evaluation there, in both modes, and nothing else (the
+    final evaluation at 1,500 has no pending boundary). That the filmed episodes start alike (the same
+    evaluation seeds) is held by tests/test_distributed_callbacks.py against one process's rule."""
+    for mode in ("one", "distributed"):
+        run = runs[mode][0]
+        assert sorted(p.name for p in (run / "videos").iterdir()) == ["step_000000001000.mp4"], mode

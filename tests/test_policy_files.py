@@ -89,7 +89,8 @@ def test_saved_agents_keep_num_envs_and_follow_the_umask(tmp_path):
 def test_version_one_snapshots_load_with_canonical_bounds_and_one_warning(tmp_path):
     path = make_snapshot(tmp_path / "policy.msgpack", *CASES["states"])
     payload = serialization.msgpack_restore(path.read_bytes())
-    payload["version"] = 1
+    del payload["format_version"]  # the header version 1 was written with
+    payload.update(format="dmpo-policy-snapshot", version=1)
     for key in ("task", "observation_input"):
         del payload[key]
     old = tmp_path / "old.msgpack"

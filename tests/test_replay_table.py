@@ -29,6 +29,7 @@ from dmpo.replay import (
 from dmpo.replay.samplers import PrioritizedSampler
 from dmpo.replay.signature import Signature
 from dmpo.types import EnvironmentSpec, Transition
+from old_formats import previous_replay, rewrite_replay
 
 pytestmark = pytest.mark.timeout(120)  # a blocking bug should fail, not hang the suite
 
@@ -361,6 +362,26 @@ def test_save_restore_round_trip(tmp_path, sampler, n):
         np.testing.assert_array_equal, table.sample_with_info(50), restored.sample_with_info(50)
     )
     assert restored.stats() == table.stats()
+
+
+def test_a_version_one_table_file_restores_and_a_newer_one_is_refused(tmp_path):
+    table = _filled("prioritized", 37)
+    old = tmp_path / "old.npz"
+    table.save(old)
+    rewrite_replay(old, previous_replay)  # "format": "dmpo.replay.table", "version": 1
+    restored = Table.restore(old)
+    assert restored.stats() == table.stats()
+    tree.map_structure(np.testing.assert_array_equal, table.sample_with_info(25),
+                       restored.sample_with_info(25))
+    newer = tmp_path / "newer.npz"
+    table.save(newer)
+    rewrite_replay(newer, lambda header: header.update(format_version=3))
+    with pytest.raises(CheckpointError, match=r"newer.npz has format version 3, .*dmpo.replay format "
+                                              r"version 2"):
+        Table.restore(newer)
+    rewrite_replay(newer, lambda header: header.update(format="dmpo.checkpoint"))
+    with pytest.raises(CheckpointError, match="not a dmpo.replay file"):
+        Table.restore(newer)
 
 
 def test_load_into_existing_table(tmp_path):

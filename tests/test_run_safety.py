@@ -13,11 +13,19 @@ import numpy as np
 import pytest
 
 from dmpo.config import ConfigError, TrainConfig
+from dmpo.lifecycle.callbacks import read_best
 from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints
 from dmpo.lifecycle.directory import RunDirectory, check_run_path, config_from_dict, config_to_dict
 from dmpo.lifecycle.interrupts import Interrupted, critical, exit_code, interrupt_on_signals
 from dmpo.lifecycle.lock import RunLockedError, is_mine_or_free, run_lock
 from dmpo.utils.checkpointing import CheckpointError
+from old_formats import (
+    previous_checkpoint,
+    previous_run_file,
+    rewrite_checkpoint,
+    rewrite_json,
+    unversioned_run_file,
+)
 
 
 def learner_state(value: float) -> dict:
@@ -91,6 +99,50 @@ def test_config_and_run_json_carry_versions_and_a_newer_one_is_refused(tmp_path)
     run.update_info(format_version=2)
     with pytest.raises(ConfigError, match="run.json has format version 2"):
         run.info()
+
+
+@pytest.mark.parametrize("previous", [previous_run_file, unversioned_run_file])
+def test_run_files_of_the_previous_dmpo_read_and_foreign_ones_are_refused(tmp_path, previous):
+    run = RunDirectory.create(tmp_path / "run", TrainConfig(steps=123), seed=7)
+    rewrite_json(run.config_path, previous)
+    rewrite_json(run.info_path, previous)
+    assert run.load_config(TrainConfig).steps == 123
+    assert run.info()["seed"] == 7
+    run.update_info(status="running")  # a rewrite of an old run.json gives it the header
+    assert {key: run.info()[key] for key in ("format", "format_version", "status", "seed")} == {
+        "format": "dmpo.run", "format_version": 1, "status": "running", "seed": 7}
+    saved = CheckpointState(env_steps=5, learner_steps=2, counts={}, num_observations=5,
+                            learning_starts=1).to_json()
+    assert saved["format"] == "dmpo.state"
+    previous(saved)
+    assert CheckpointState.from_json(saved).env_steps == 5
+    with pytest.raises(CheckpointError, match="state.json is not a dmpo.state file"):
+        CheckpointState.from_json({**saved, "format": "dmpo.run"})
+    rewrite_json(run.config_path, lambda data: data.update(format="dmpo.agent"))
+    with pytest.raises(ConfigError, match="config.json: the saved config is not a dmpo.config file"):
+        run.load_config(TrainConfig)
+
+
+def test_a_best_json_of_the_previous_dmpo_reads_and_a_newer_one_is_refused(tmp_path):
+    best = tmp_path / "snapshots" / "best.json"
+    best.parent.mkdir()
+    best.write_text('{"return_mean": 3.0, "actor_steps": 20, "learner_steps": 1}')  # no header
+    assert read_best(tmp_path)["return_mean"] == 3.0
+    best.write_text('{"format": "dmpo.best", "format_version": 2, "return_mean": 3.0}')
+    with pytest.raises(ValueError, match="best.json has format version 2, .*dmpo.best format version 1"):
+        read_best(tmp_path)
+
+
+def test_an_old_checkpoint_folder_verifies_and_loads(tmp_path):
+    checkpoints = TrainingCheckpoints(tmp_path, keep=2)
+    path = checkpoints.save(100, learner_state(1.0), state(100))
+    (learner_file,) = (path / "learner").glob("checkpoint_*.ckpt")
+    rewrite_checkpoint(learner_file, previous_checkpoint)
+    rewrite_json(path / "state.json", unversioned_run_file)
+    assert checkpoints.latest() == path
+    restored, saved, _ = TrainingCheckpoints.load(path, learner_state(0.0))
+    assert float(restored["w"][0, 0]) == 1.0 and saved["env_steps"] == 100
+    assert checkpoints.save(100, learner_state(1.0), state(100)) == path  # the same state: nothing written
 
 
 def test_status_carries_a_reason_until_the_next_resume(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from dmpo.agent.networks import PolicyParams, init_params, make_networks
 from dmpo.agent.policies.snapshot import SnapshotError, load_policy, save_policy
 from dmpo.config import NetworkConfig
 from dmpo.envs import FakeEnvironment, make_environment_spec
+from old_formats import previous_snapshot, rewrite_snapshot
 
 CONFIG = NetworkConfig(policy_layer_sizes=(8, 8), critic_layer_sizes=(8,), num_atoms=5, init_scale=0.4)
 
@@ -80,7 +83,24 @@ def test_damaged_or_foreign_files_are_rejected(env_spec, tmp_path):
         load_policy(truncated)
     foreign = tmp_path / "foreign.msgpack"
     foreign.write_bytes(b"\x81\xa3abc\x01")  # a valid msgpack map, but not a snapshot
-    with pytest.raises(SnapshotError, match="not a dmpo policy snapshot"):
+    with pytest.raises(SnapshotError, match="not a dmpo.policy file"):
         load_policy(foreign)
     with pytest.raises(SnapshotError, match="no policy snapshot"):
         load_policy(tmp_path / "missing.msgpack")
+
+
+def test_a_previous_snapshot_loads_and_a_newer_one_is_refused(tmp_path):
+    spec = make_environment_spec(FakeEnvironment(observation_shape=(3,), action_dim=2))
+    _, params = random_params(spec)
+    path = save_policy(tmp_path / "policy.msgpack", spec, CONFIG, params)
+    old = rewrite_snapshot(path, previous_snapshot, tmp_path / "old.msgpack")
+    observation = np.full(3, 0.3, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # version 2 recorded the task: no warning
+        np.testing.assert_array_equal(load_policy(old)(observation), load_policy(path)(observation))
+    newer = rewrite_snapshot(path, lambda payload: payload.update(format_version=4),
+                             tmp_path / "newer.msgpack")
+    with pytest.raises(SnapshotError, match=r"newer.msgpack has format version 4, .*"
+                                            r"dmpo.policy format version 3 at most") as refused:
+        load_policy(newer)
+    assert "\n" not in str(refused.value)

@@ -156,6 +156,18 @@ def test_a_folder_holding_another_sweep_is_refused(capsys, tmp_path):
     assert code == 2 and "is not a sweep folder" in output
 
 
+def test_a_points_flags_of_the_previous_dmpo_read_and_a_newer_ones_are_refused(tmp_path):
+    from dmpo.sweeps.results import _point_flags
+
+    run = tmp_path / "a=1" / "seed-0"
+    run.mkdir(parents=True)
+    (run.parent / "flags.json").write_text('{"flags": ["--a", "1"]}')  # no header
+    assert _point_flags(run) == ("--a", "1")
+    (run.parent / "flags.json").write_text('{"format": "dmpo.sweep-point", "format_version": 2, "flags": []}')
+    with pytest.raises(ValueError, match="flags.json has format version 2, .*sweep-point format version 1"):
+        _point_flags(run)
+
+
 # ------------------------------------------------------------------------------------- on a Ray cluster
 
 

@@ -27,6 +27,7 @@ import tree
 
 from dmpo.agent.networks import DMPONetworks, PolicyParams
 from dmpo.config import MAX_NUM_ENVS
+from dmpo.utils.seeds import lockstep_env_seeds
 
 ParamsSource = Callable[[], PolicyParams]
 
@@ -51,9 +52,9 @@ def make_mean_fn(networks: DMPONetworks) -> Callable[[PolicyParams, Any], jax.Ar
 def env_keys(seed: int, num_envs: int) -> np.ndarray:
     """Per-environment PRNG keys `[num_envs, 2]`: environment 0 gets `PRNGKey(seed)` (the stream of a
     single-environment actor), environment i > 0 gets `PRNGKey(SeedSequence([seed, i]))`, so no two
-    environments share a stream and adding environments never changes the earlier ones' streams."""
-    seeds = [seed] + [int(np.random.SeedSequence([seed, i]).generate_state(1)[0]) for i in range(1, num_envs)]
-    return np.stack([np.asarray(jax.random.PRNGKey(s)) for s in seeds])
+    environments share a stream and adding environments never changes the earlier ones' streams
+    (`dmpo.utils.seeds.lockstep_env_seeds`)."""
+    return np.stack([np.asarray(jax.random.PRNGKey(s)) for s in lockstep_env_seeds(seed, num_envs)])
 
 
 def make_batched_sample_fn(networks: DMPONetworks) -> Callable[[PolicyParams, Any, Any, Any], jax.Array]:

@@ -44,11 +44,6 @@ NetworkFactory = Callable[[EnvironmentSpec], Any]
 RateLimiterMode = Literal["local", "ratio"]
 
 
-def derive_seeds(seed: int, count: int) -> list[int]:
-    """Independent child seeds (table, learner, actor, ...) from one user seed."""
-    return [int(s) for s in np.random.SeedSequence(seed).generate_state(count)]
-
-
 def pixel_stack_size(environment_spec: EnvironmentSpec) -> int | None:
     """Frames per observation if the observation is an RGB frame stack (uint8 [H, W, 3·S]), else None."""
     spec = environment_spec.observations
@@ -184,5 +179,5 @@ def environment_factory(config: Any) -> Any:
     return TaskFactory(config.env, pixels=config.pixels, action_repeat=config.action_repeat)
 
 
-__all__ = ["DMPOBuilder", "NetworkFactory", "OnDemandSampler", "derive_seeds", "environment_factory",
+__all__ = ["DMPOBuilder", "NetworkFactory", "OnDemandSampler", "environment_factory",
            "pixel_stack_size"]

@@ -29,7 +29,7 @@ from typing import Any
 import dm_env
 import numpy as np
 
-from dmpo.agent.builder import DMPOBuilder, derive_seeds
+from dmpo.agent.builder import DMPOBuilder
 from dmpo.agent.files import load_agent, save_agent
 from dmpo.agent.learning import BatchSlot
 from dmpo.agent.learning.critic_support import settle_auto_gym
@@ -38,6 +38,7 @@ from dmpo.agent.networks import DMPONetworks, PolicyParams
 from dmpo.config import DMPOConfig
 from dmpo.replay import TableClosedError
 from dmpo.types import EnvironmentSpec
+from dmpo.utils.seeds import agent_seeds
 
 
 def learner_steps_due(num_observations: int, min_observations: int, observations_per_step: float) -> int:
@@ -84,7 +85,7 @@ class DMPO:
         self.builder = builder
         self.overlap_learner = overlap_learner
         self.networks = builder.networks
-        table_seed, learner_seed, actor_seed = derive_seeds(seed, 3)
+        table_seed, learner_seed, actor_seed = agent_seeds(seed)
 
         # Synchronous: MinSize(1), update() holds the ratio (algorithm.md §2). Overlapped: the distributed
         # limiter.

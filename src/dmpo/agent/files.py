@@ -1,9 +1,11 @@
 """`DMPO.save(path)` / `DMPO.load(path)`: a single-process agent written to a folder and read back.
 
     <path>/
-        agent.json        format, seed, num_envs, environment spec, the agent's and the actor's counts
-        config.json       the DMPOConfig (dmpo.lifecycle.directory.save_config)
-        learner/          the whole TrainingState (dmpo.utils.checkpointing: checksummed, no pickle)
+        agent.json        file header (`dmpo.agent`), seed, num_envs, environment spec, the agent's and
+                          the actor's counts
+        config.json       the DMPOConfig (dmpo.config.files.save_config)
+        learner/          the whole TrainingState in one checkpoint file (dmpo.utils.checkpointing:
+                          checksummed, no pickle)
         replay.npz        replay contents and sampler state (only with replay=True)
 
 A loaded agent continues exactly where the saved one stood: the same next action (the actor's
@@ -18,15 +20,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dmpo.agent.policies.snapshot import environment_spec_from_dict, environment_spec_to_dict
 from dmpo.config import DMPOConfig
 from dmpo.config.files import load_config, save_config
-from dmpo.utils.checkpointing import Checkpointer
-from dmpo.utils.files import atomic_write_text, fsync_directory, make_kept_directory
+from dmpo.utils.checkpointing import (
+    CheckpointError,
+    checkpoint_file_name,
+    find_checkpoint_file,
+    read_checkpoint,
+    write_checkpoint_file,
+)
+from dmpo.utils.files import atomic_directory, atomic_write_text
+from dmpo.utils.formats import AGENT, read_header
 
 if TYPE_CHECKING:
     from dmpo.agent.core import DMPO
@@ -34,37 +42,29 @@ if TYPE_CHECKING:
 
 __all__ = ["load_agent", "save_agent"]
 
-_FORMAT = 2
-_READABLE_FORMATS = (1, 2)  # format 1 had no num_envs: those agents acted in one environment
-
 
 def save_agent(agent: DMPO, path: str | os.PathLike[str], *, replay: bool = False) -> Path:
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists; DMPO.save writes a new folder and never replaces one")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = make_kept_directory(path.parent, f".{path.name}.")
-    try:
+    with atomic_directory(path) as temp:
         with agent.pause():
             learner_state = agent.learner.save_state()
             if replay:
                 agent.table.save(temp / "replay.npz")
             record = {
-                "format": _FORMAT, "seed": agent.seed, "overlap_learner": agent.overlap_learner,
+                **AGENT.header(), "seed": agent.seed, "overlap_learner": agent.overlap_learner,
                 "num_envs": len(agent.adders),
                 "environment_spec": environment_spec_to_dict(agent.builder.environment_spec),
                 "num_observations": agent.num_observations, "learning_starts": agent.learning_starts,
                 "pending_sgd_steps": agent.pending_sgd_steps, "num_actions": agent.actor.num_actions,
                 "replay": replay,
             }
-        Checkpointer(temp / "learner", max_to_keep=1).save(int(learner_state.steps), learner_state)
+        (temp / "learner").mkdir()
+        steps = int(learner_state.steps)
+        write_checkpoint_file(temp / "learner" / checkpoint_file_name(steps), learner_state, step=steps)
         save_config(temp / "config.json", agent.config)
         atomic_write_text(temp / "agent.json", json.dumps(record, indent=2) + "\n")
-        fsync_directory(temp)
-        os.rename(temp, path)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
     return path
 
 
@@ -76,14 +76,16 @@ def load_agent(agent_class: type[DMPO], path: str | os.PathLike[str], *, network
     if not record_file.is_file():
         raise FileNotFoundError(f"{path} is not a saved agent (no agent.json); save one with DMPO.save(path)")
     record = json.loads(record_file.read_text(encoding="utf-8"))
-    if record.get("format") not in _READABLE_FORMATS:
-        raise ValueError(f"{record_file}: format {record.get('format')!r}, this dmpo reads formats "
-                         f"{list(_READABLE_FORMATS)}")
+    version = read_header(record, AGENT, str(record_file))
     config = load_config(path / "config.json", DMPOConfig)
     agent = agent_class(environment_spec_from_dict(record["environment_spec"]), config, networks=networks,
                  seed=record["seed"], logger=logger, counter=counter,
-                 overlap_learner=record["overlap_learner"], num_envs=record.get("num_envs", 1))
-    state, _ = Checkpointer(path / "learner").restore(agent.learner.save_state())
+                 overlap_learner=record["overlap_learner"],
+                 num_envs=1 if version == 1 else record["num_envs"])  # version 1 acted in one environment
+    learner_file = find_checkpoint_file(path / "learner")
+    if learner_file is None:
+        raise CheckpointError(f"{path}: no learner checkpoint file in {path / 'learner'}")
+    state, _ = read_checkpoint(learner_file, agent.learner.save_state())
     agent.learner.restore_state(state)
     agent.num_observations = record["num_observations"]
     agent.learning_starts = record["learning_starts"]

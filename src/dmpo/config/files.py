@@ -1,5 +1,5 @@
-"""Configs as JSON: `config_to_dict` / `config_from_dict` (nested frozen dataclasses, with a "type"
-header naming the class and the format version of `dmpo.utils.formats`), and `save_config` / `load_config`
+"""Configs as JSON: `config_to_dict` / `config_from_dict` (nested frozen dataclasses, with the file
+header of `dmpo.utils.formats` and a "type" naming the class), and `save_config` / `load_config`
 for files. Used by run folders (config.json), policy snapshots and `DMPO.save`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 from dmpo.config.agent import ConfigError
 from dmpo.utils.files import atomic_write_json
-from dmpo.utils.formats import CONFIG_FORMAT, FORMAT_KEY, check_format
+from dmpo.utils.formats import CONFIG, read_header
 
 __all__ = ["config_from_dict", "config_to_dict", "load_config", "save_config", "to_jsonable"]
 
@@ -54,10 +54,11 @@ def to_jsonable(value: Any, where: str) -> Any:
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
-    """`{"type": "<module>.<Class>", "config": {...}}` for a dataclass instance (nested ones inline)."""
+    """`{"format": "dmpo.config", "format_version": 1, "type": "<module>.<Class>", "config": {...}}` for a
+    dataclass instance (nested ones inline)."""
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"config must be a dataclass instance, got {type(config).__name__}")
-    return {"type": _type_name(type(config)), FORMAT_KEY: CONFIG_FORMAT,
+    return {**CONFIG.header(), "type": _type_name(type(config)),
             "config": to_jsonable(config, type(config).__name__)}
 
 
@@ -153,9 +154,9 @@ def config_from_dict(data: Mapping[str, Any], cls: type[T] | None = None) -> T:
 
     Fields missing from `data` take their dataclass defaults, so older run directories still load.
     """
+    read_header(data, CONFIG, "the saved config", ConfigError)
     if "type" not in data or "config" not in data:
         raise ConfigError(f"a saved config needs the keys 'type' and 'config', got {sorted(data)}")
-    check_format(data, CONFIG_FORMAT, "the saved config", ConfigError)
     saved_type = data["type"]
     if cls is None:
         module, _, qualname = saved_type.rpartition(".")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dmpo.utils.files import atomic_write_text
+from dmpo.utils.formats import BEST, read_header
 
 BEST_POLICY_FILE = "best.msgpack"
 BEST_RECORD_FILE = "best.json"
@@ -136,7 +137,9 @@ def read_best(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / "snapshots" / BEST_RECORD_FILE
     if not path.is_file():
         return None
-    return json.loads(path.read_text())
+    record = json.loads(path.read_text())
+    read_header(record, BEST, str(path))
+    return record
 
 
 class BestPolicy(Callback):
@@ -160,7 +163,8 @@ class BestPolicy(Callback):
             return
         snapshots = run.run_dir / "snapshots"
         run.write_evaluated_policy(snapshots / BEST_POLICY_FILE)
-        record = {self.key: value, "actor_steps": run.env_steps, "learner_steps": run.learner_steps}
+        record = {**BEST.header(), self.key: value, "actor_steps": run.env_steps,
+                  "learner_steps": run.learner_steps}
         atomic_write_text(snapshots / BEST_RECORD_FILE, json.dumps(record, indent=2) + "\n")
         self.best = value
 

@@ -1,13 +1,19 @@
 """Training checkpoints: one folder per checkpoint holding everything a resumed run needs.
 
     checkpoints/step_000000012345/
-        learner/checkpoint_*.ckpt   the whole TrainingState (dmpo.utils.checkpointing: checksummed, no pickle)
+        learner/checkpoint_*.ckpt   the whole TrainingState (the file format of dmpo.utils.checkpointing:
+                                    checksummed, no pickle)
         replay.npz                  replay contents, counters and sampler RNG (optional)
-        state.json                  counters, agent and actor counts, episode index
+        state.json                  counters, agent and actor counts, episode index (`dmpo.state` header)
+
+This is dmpo's one checkpoint manager: it names, lists, verifies, writes and prunes checkpoint folders,
+with one retention rule (`dmpo.lifecycle.retention`); the learner file inside is the bare file format
+of `dmpo.utils.checkpointing`, which keeps nothing and prunes nothing of its own.
 
 A checkpoint folder is written under a hidden temporary name and renamed into place only when every
-file in it is complete (a rename is atomic), so a kill at any moment leaves the previous checkpoint
-loadable; half-written folders are removed the next time the directory is opened.
+file in it is complete (`dmpo.utils.files.atomic_directory`; a rename is atomic), so a kill at any
+moment leaves the previous checkpoint loadable; half-written folders are removed the next time the
+directory is opened.
 
 A complete checkpoint is never replaced: a second save at the same environment step with a different
 state (a Ctrl-C in the episode after a periodic checkpoint: actor steps are counted at episode end)
@@ -36,8 +42,16 @@ from typing import Any
 
 from dmpo.lifecycle.lock import is_mine_or_free
 from dmpo.lifecycle.retention import prune
-from dmpo.utils.checkpointing import Checkpointer, CheckpointError, verify_checkpoint_file
-from dmpo.utils.files import atomic_write_text, fsync_directory, make_kept_directory
+from dmpo.utils.checkpointing import (
+    CheckpointError,
+    checkpoint_file_name,
+    find_checkpoint_file,
+    read_checkpoint,
+    verify_checkpoint_file,
+    write_checkpoint_file,
+)
+from dmpo.utils.files import atomic_directory, atomic_write_text
+from dmpo.utils.formats import STATE, read_header
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,16 +92,11 @@ class CheckpointState:
     wall_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        from dmpo.utils.formats import FORMAT_KEY, STATE_FORMAT
-
-        return {FORMAT_KEY: STATE_FORMAT, **dataclasses.asdict(self)}
+        return {**STATE.header(), **dataclasses.asdict(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], *, where: str = "state.json") -> CheckpointState:
-        from dmpo.utils.checkpointing import CheckpointError
-        from dmpo.utils.formats import STATE_FORMAT, check_format
-
-        check_format(data, STATE_FORMAT, where, CheckpointError)
+        read_header(data, STATE, where, CheckpointError)
         fields = {f.name for f in dataclasses.fields(cls)}
         required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
         missing = sorted(required - set(data))
@@ -117,6 +126,19 @@ def _read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def read_state(path: str | os.PathLike[str]) -> CheckpointState:
+    """The run state a checkpoint folder holds (its state.json, header checked), without verifying the
+    learner and replay files (`verify` does)."""
+    path = Path(path)
+    return CheckpointState.from_json(_read_state(path), where=str(path / "state.json"))
+
+
+def _contents(state: dict[str, Any]) -> dict[str, Any]:
+    """state.json without its file header: a checkpoint of the previous dmpo (no header) holding the
+    same state counts as the same."""
+    return {key: value for key, value in state.items() if key not in STATE.header()}
+
+
 _verified: dict[tuple, dict[str, Any]] = {}  # folder + file stats -> state: verify each version once
 
 
@@ -140,7 +162,7 @@ def verify(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _verify(path: Path) -> dict[str, Any]:
     state = _read_state(path)
-    learner_file = Checkpointer(path / "learner").latest()
+    learner_file = find_checkpoint_file(path / "learner")
     if learner_file is None:
         raise CheckpointError(f"{path}: no learner checkpoint file in {path / 'learner'}")
     verify_checkpoint_file(learner_file)
@@ -215,11 +237,12 @@ class TrainingCheckpoints:
         If the newest folder of this step already holds exactly `state` (a final save right after a
         periodic one), it is returned as is; otherwise the new folder gets the next free name.
         """
+        state = {**STATE.header(), **state}  # every state.json written carries the file header
         same_step = [(index, path) for s, index, path in self._entries() if s == step]
         if same_step:
             index, path = same_step[-1]
             try:
-                if _read_state(path) == json.loads(json.dumps(state)):
+                if _contents(_read_state(path)) == _contents(json.loads(json.dumps(state))):
                     return path
             except CheckpointError:
                 pass
@@ -229,19 +252,14 @@ class TrainingCheckpoints:
         while (self.directory / _folder_name(step, index)).exists():  # e.g. a folder without state.json
             index += 1
         final = self.directory / _folder_name(step, index)
-        temp = make_kept_directory(self.directory, _TEMP_PREFIX)  # the umask's mode, not 0700
-        try:
-            Checkpointer(temp / "learner", max_to_keep=1).save(int(state.get("learner_steps", 0)),
-                                                              learner_state, {"env_steps": step})
+        with atomic_directory(final, temp_prefix=_TEMP_PREFIX) as temp:  # never replaces `final`
+            learner_steps = int(state.get("learner_steps", 0))
+            (temp / "learner").mkdir()
+            write_checkpoint_file(temp / "learner" / checkpoint_file_name(learner_steps), learner_state,
+                                  {"env_steps": step}, step=learner_steps)
             if table is not None:
                 table.save(temp / "replay.npz")
             atomic_write_text(temp / "state.json", json.dumps(state, indent=2, sort_keys=True) + "\n")
-            fsync_directory(temp)
-            os.rename(temp, final)  # `final` does not exist: a complete checkpoint is never replaced
-        except BaseException:
-            shutil.rmtree(temp, ignore_errors=True)
-            raise
-        fsync_directory(self.directory)
         prune(self.paths(), final, self.keep, verify)  # see dmpo.lifecycle.retention
         return final
 
@@ -250,6 +268,9 @@ class TrainingCheckpoints:
         """Returns `(learner_state, state, replay_path or None)` from a checkpoint folder."""
         path = Path(path)
         state = _read_state(path)
-        learner_state, _ = Checkpointer(path / "learner").restore(learner_template)
+        learner_file = find_checkpoint_file(path / "learner")
+        if learner_file is None:
+            raise CheckpointError(f"{path}: no learner checkpoint file in {path / 'learner'}")
+        learner_state, _ = read_checkpoint(learner_file, learner_template)
         replay = path / "replay.npz"
         return learner_state, state, replay if replay.is_file() else None

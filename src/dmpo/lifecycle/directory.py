@@ -27,7 +27,7 @@ import dmpo
 from dmpo.config import ConfigError
 from dmpo.config.files import config_from_dict, config_to_dict, load_config, save_config, to_jsonable
 from dmpo.utils.files import atomic_write_json
-from dmpo.utils.formats import FORMAT_KEY, RUN_INFO_FORMAT, check_format
+from dmpo.utils.formats import RUN_INFO, read_header
 
 __all__ = [
     "RunDirectory",
@@ -145,7 +145,7 @@ class RunDirectory:
             (run.path / name).mkdir(exist_ok=True)
         atomic_write_json(run.config_path, saved)
         atomic_write_json(run.info_path, {
-            FORMAT_KEY: RUN_INFO_FORMAT,
+            **RUN_INFO.header(),
             "command": list(sys.argv if command is None else command),
             "start_time": _now_iso(),
             "dmpo_version": dmpo.__version__,
@@ -172,14 +172,15 @@ class RunDirectory:
     def info(self) -> dict[str, Any]:
         with open(self.info_path, encoding="utf-8") as f:
             info = json.load(f)
-        check_format(info, RUN_INFO_FORMAT, str(self.info_path), ConfigError)
+        read_header(info, RUN_INFO, str(self.info_path), ConfigError)
         return info
 
     def update_info(self, **fields: Any) -> dict[str, Any]:
         """Merges `fields` into run.json (atomically) and returns the new content."""
         info = self.info()
         info.update(fields)
-        atomic_write_json(self.info_path, info)
+        # A run.json written before the header gets it (version 1 of dmpo.run is that same layout).
+        atomic_write_json(self.info_path, {**RUN_INFO.header(), **info})
         return info
 
     def set_status(self, status: Status, reason: str | None = None) -> None:
@@ -213,7 +214,7 @@ class RunDirectory:
         if changes:
             entry["config_changes"] = changes
         info.update(status="starting", resumes=[*info.get("resumes", []), entry])
-        atomic_write_json(self.info_path, info)
+        atomic_write_json(self.info_path, {**RUN_INFO.header(), **info})
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"

@@ -1,6 +1,8 @@
 """Table files: one `.npz` archive with a JSON header, written atomically, read without pickle.
 
-Layout: member `__header__` holds UTF-8 JSON (format name, version, counters, configs, RNG state);
+Layout: member `__header__` holds UTF-8 JSON (the file header of `dmpo.utils.formats`,
+`"format": "dmpo.replay"`, then counters, configs, RNG state; version 1 files say
+`"format": "dmpo.replay.table", "version": 1` and read the same);
 every other member is a plain numeric array. Writing goes to a temporary file in the target
 directory, is fsync'ed, then `os.replace`d over the destination, so a crash leaves either the old
 file or the new one. Reading uses `allow_pickle=False`; a truncated or damaged file (zip CRCs are
@@ -18,16 +20,15 @@ import numpy as np
 
 from dmpo.utils.checkpointing import CheckpointError  # the one checkpoint error; imports no jax
 from dmpo.utils.files import atomic_write
+from dmpo.utils.formats import REPLAY, read_header
 
-FORMAT = "dmpo.replay.table"
-VERSION = 1
 _HEADER = "__header__"
 
 
 def write_archive(path: str | os.PathLike, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """Atomically write `header` and `arrays` to `path`."""
     path = os.fspath(path)
-    header = {"format": FORMAT, "version": VERSION, **header}
+    header = {**REPLAY.header(), **header}
     encoded = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
     atomic_write(path, lambda file: np.savez(file, **{_HEADER: encoded}, **arrays))
 
@@ -49,12 +50,5 @@ def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.
         raise CheckpointError(
             f"{path}: replay table file is truncated or corrupt ({type(err).__name__}: {err})"
         ) from err
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: replay table header is not a JSON object")
-    if header.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a replay table file (format {header.get('format')!r})")
-    if header.get("version") != VERSION:
-        raise CheckpointError(
-            f"{path}: table file version {header.get('version')!r}, this code reads {VERSION}"
-        )
+    read_header(header, REPLAY, path, CheckpointError)
     return header, arrays

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from dmpo.agent.core import DMPO
 from dmpo.agent.environment_loop import EnvironmentLoop, evaluate
 from dmpo.agent.policies.snapshot import save_policy, save_policy_on_interrupt
 from dmpo.envs import make_environment_spec
-from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints
+from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints, read_state
 from dmpo.lifecycle.interrupts import CriticalCalls
 from dmpo.lifecycle.schedule import Due
 from dmpo.lifecycle.videos import camera_render_fn, rendering_factory, video_path
@@ -125,7 +124,8 @@ class LocalExecutor:
             return {}
         if self.run.checkpoint is None:
             return {"env_steps": 0, "learner_steps": 0}
-        return json.loads((Path(self.run.checkpoint) / "state.json").read_text())
+        state = read_state(self.run.checkpoint)
+        return {"env_steps": state.env_steps, "learner_steps": state.learner_steps}
 
     def _restore(self, checkpoint: Path) -> None:
         learner_state, saved, replay = TrainingCheckpoints.load(checkpoint, self.agent.learner.save_state())

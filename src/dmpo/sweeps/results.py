@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dmpo.utils.files import atomic_write_text
+from dmpo.utils.formats import SWEEP_POINT, read_header
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -93,7 +94,9 @@ def find_trials(out: Path) -> list[Path]:
 def _point_flags(run: Path) -> tuple[str, ...]:
     path = run.parent / "flags.json"
     if path.is_file():
-        return tuple(json.loads(path.read_text(encoding="utf-8")).get("flags", ()))
+        record = json.loads(path.read_text(encoding="utf-8"))
+        read_header(record, SWEEP_POINT, str(path))
+        return tuple(record.get("flags", ()))
     return ()
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from dmpo.sweeps.results import find_trials, read_trial, run_status, write_results
 from dmpo.sweeps.spec import SweepSpec, SweepSpecError
 from dmpo.utils.files import atomic_write_text
+from dmpo.utils.formats import SWEEP, read_header
 
 __all__ = ["Resources", "SweepOutcome", "run_sweep"]
 
@@ -106,7 +107,7 @@ def check_folder(spec: SweepSpec) -> None:
                 f"OUT {spec.out} exists and is not a sweep folder (no {_STATE}); give a new or empty folder"
             )
         return
-    saved = json.loads(path.read_text(encoding="utf-8")).get("defining", {})
+    saved = _read_state(path).get("defining", {})
     given = _defining(spec)
     differing = [name for name in given if saved.get(name) != given[name]]
     if differing:
@@ -116,13 +117,19 @@ def check_folder(spec: SweepSpec) -> None:
         )
 
 
+def _read_state(path: Path) -> dict:
+    state = json.loads(path.read_text(encoding="utf-8"))
+    read_header(state, SWEEP, str(path), SweepSpecError)
+    return state
+
+
 def _save_state(spec: SweepSpec, command: Sequence[str]) -> None:
     path = spec.out / _STATE
-    state = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"commands": []}
+    state = _read_state(path) if path.is_file() else {"commands": []}
     if command not in state["commands"]:
         state["commands"].append(list(command))
     state["defining"] = _defining(spec)
-    atomic_write_text(path, json.dumps(state, indent=2) + "\n")
+    atomic_write_text(path, json.dumps({**SWEEP.header(), **state}, indent=2) + "\n")
 
 
 def _grid_space(spec: SweepSpec, common: dict) -> dict:
@@ -258,7 +265,7 @@ def run_sweep(
     _wait_for_runs(find_trials(spec.out))
     from dmpo.sweeps.pruning import pruned_runs
 
-    state = json.loads((spec.out / _STATE).read_text(encoding="utf-8"))
+    state = _read_state(spec.out / _STATE)
     pruned = pruned_runs(spec.out)
     trials = [read_trial(run, thresholds, pruned) for run in find_trials(spec.out)]
     preamble = [f"Made by `{shlex.join(c)}`." for c in state["commands"]]

@@ -106,9 +106,10 @@ def _write_point_flags(folder: Path, flags: list[str]) -> None:
     """`<point>/flags.json`: the grid point's (or the sampled) flags, for the results table; written once."""
 
     from dmpo.utils.files import atomic_write_text
+    from dmpo.utils.formats import SWEEP_POINT
 
     path = folder / "flags.json"
-    text = json.dumps({"flags": flags}) + "\n"
+    text = json.dumps({**SWEEP_POINT.header(), "flags": flags}) + "\n"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)

@@ -1,5 +1,7 @@
-"""The lowest layer, shared by every other: counters (`counting`), atomic file writes (`files`), the
-checksummed pytree checkpoint format (`checkpointing`) and silencers of third-party noise (`quiet`)."""
+"""The lowest layer, shared by every other: counters (`counting`), atomic writes of files and folders
+(`files`), the header every dmpo file carries (`formats`), the checksummed pytree checkpoint file
+(`checkpointing`), every seed of a run (`seeds`), spelling suggestions (`spelling`) and silencers of
+third-party noise (`quiet`)."""
 
 from dmpo.utils.counting import Counter, CounterLike
 

@@ -1,18 +1,25 @@
-"""Atomic, checksummed, pickle-free checkpoints of a pytree (algorithm.md §9).
+"""The checkpoint file: one pytree, checksummed and pickle-free (algorithm.md §9).
 
-File layout (`checkpoint_<step>.ckpt`)::
+This module is the file format only: `write_checkpoint_file`, `read_checkpoint` and
+`verify_checkpoint_file` each handle one file. Which files a run keeps, and the folders around
+them, belong to `dmpo.lifecycle.checkpoints` (training checkpoints) and `dmpo.agent.files`
+(`DMPO.save`); both name the file `checkpoint_file_name(step)` and find it with
+`find_checkpoint_file`.
+
+Layout::
 
     b"DMPOCKPT" | header length (uint64, little-endian) | sha256(header) | header | payload
 
-The header is UTF-8 JSON: format name and version, step, caller metadata (e.g. counters), the payload's
-length and sha256, and one `[path, shape, dtype]` entry per leaf of the saved pytree. The payload is
-`flax.serialization` msgpack of the pytree's state dict (plain arrays, no pickle), so loading a file
-cannot run code. Restoring checks the checksums first, then compares the template's leaves with the
-header's and names the first leaf that differs, so a checkpoint of other networks fails clearly.
+The header is UTF-8 JSON: the file header of `dmpo.utils.formats` (`"format": "dmpo.checkpoint"`,
+`"format_version"`; version 1 files say `"format": "dmpo-checkpoint", "version": 1` and read the same),
+step, caller metadata (e.g. counters), the payload's length and sha256, and one `[path, shape, dtype]`
+entry per leaf of the saved pytree. The payload is `flax.serialization` msgpack of the pytree's state
+dict (plain arrays, no pickle), so loading a file cannot run code. Reading checks the checksums first,
+then compares the template's leaves with the header's and names the first leaf that differs, so a
+checkpoint of other networks fails clearly.
 
-Writes go to a temporary file in the same directory, are fsync'ed, then `os.replace`d over the final
-name: a crash mid-write leaves the previous checkpoint intact. Older checkpoints beyond `max_to_keep`
-are deleted after the new one is in place. One writer per directory is assumed.
+A file is written to a temporary file in the same folder, fsync'ed, then `os.replace`d over its
+name: a crash mid-write leaves the previous file intact.
 """
 
 from __future__ import annotations
@@ -28,15 +35,16 @@ from typing import Any
 import numpy as np
 
 from dmpo.utils.files import atomic_write
+from dmpo.utils.formats import CHECKPOINT, read_header
 
-FORMAT = "dmpo-checkpoint"
-VERSION = 1
+__all__ = ["MAGIC", "CheckpointError", "checkpoint_file_name", "find_checkpoint_file", "read_checkpoint",
+           "verify_checkpoint_file", "write_checkpoint_file"]
+
 MAGIC = b"DMPOCKPT"
 _LENGTH = struct.Struct("<Q")
 _DIGEST_BYTES = 32
 _PREFIX_BYTES = len(MAGIC) + _LENGTH.size + _DIGEST_BYTES
 _NAME = re.compile(r"^checkpoint_(\d+)\.ckpt$")
-_TEMP_PREFIX = ".checkpoint_"
 
 
 class CheckpointError(RuntimeError, ValueError):
@@ -82,86 +90,49 @@ def _first_mismatch(expected: list[list[Any]], found: list[list[Any]]) -> str | 
     return None
 
 
-class Checkpointer:
-    """Saves and restores pytrees under `directory`, keeping the newest `max_to_keep` files."""
+def checkpoint_file_name(step: int) -> str:
+    """The name a checkpoint file of `step` takes in the folder that holds it (`checkpoint_<step>.ckpt`)."""
+    return f"checkpoint_{step:012d}.ckpt"
 
-    def __init__(self, directory: str | os.PathLike[str], max_to_keep: int = 1) -> None:
-        if not isinstance(max_to_keep, int) or max_to_keep < 1:
-            raise ValueError(f"max_to_keep must be a positive integer, got {max_to_keep!r}")
-        self._directory = Path(directory)
-        self._max_to_keep = max_to_keep
-        self._directory.mkdir(parents=True, exist_ok=True)
-        for stray in self._directory.glob(f"{_TEMP_PREFIX}*.tmp"):  # left by a writer that was killed
-            stray.unlink(missing_ok=True)
 
-    @property
-    def directory(self) -> Path:
-        return self._directory
+def find_checkpoint_file(directory: str | os.PathLike[str]) -> Path | None:
+    """The checkpoint file in `directory` (the highest step, should there be several); None if it
+    holds none or does not exist. Temporary files of a killed writer are not checkpoint files."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    found = sorted((int(match.group(1)), entry) for entry in directory.iterdir()
+                   if (match := _NAME.match(entry.name)) and entry.is_file())
+    return found[-1][1] if found else None
 
-    def path_for(self, step: int) -> Path:
-        return self._directory / f"checkpoint_{step:012d}.ckpt"
 
-    def all_steps(self) -> list[int]:
-        """Steps of the complete checkpoints on disk, oldest first (temporary files are ignored)."""
-        steps = []
-        for entry in self._directory.iterdir():
-            match = _NAME.match(entry.name)
-            if match and entry.is_file():
-                steps.append(int(match.group(1)))
-        return sorted(steps)
+def write_checkpoint_file(path: str | os.PathLike[str], state: Any, metadata: dict[str, Any] | None = None,
+                          *, step: int = 0) -> Path:
+    """Writes `state` (any pytree of arrays) with JSON-serialisable `metadata` to the file `path`,
+    atomically (the file holds the old bytes or the new ones); `step` is recorded in the header."""
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+    metadata = {} if metadata is None else metadata
+    try:
+        json.dumps(metadata, allow_nan=True)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"metadata must be JSON-serialisable: {error}") from error
+    import flax.serialization  # here, not at the top: dmpo.replay imports CheckpointError without jax
 
-    def latest(self) -> Path | None:
-        steps = self.all_steps()
-        return self.path_for(steps[-1]) if steps else None
-
-    def save(self, step: int, state: Any, metadata: dict[str, Any] | None = None) -> Path:
-        """Writes `state` (any pytree of arrays) with JSON-serialisable `metadata` as step `step`."""
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise ValueError(f"step must be a non-negative integer, got {step!r}")
-        metadata = {} if metadata is None else metadata
-        try:
-            json.dumps(metadata, allow_nan=True)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"metadata must be JSON-serialisable: {error}") from error
-        import flax.serialization  # here, not at the top: dmpo.replay imports CheckpointError without jax
-
-        state_dict = flax.serialization.to_state_dict(state)
-        payload = flax.serialization.msgpack_serialize(state_dict)
-        header = json.dumps({
-            "format": FORMAT,
-            "version": VERSION,
-            "step": int(step),
-            "metadata": metadata,
-            "payload_bytes": len(payload),
-            "payload_sha256": hashlib.sha256(payload).hexdigest(),
-            "leaves": _summaries(state_dict),
-        }, sort_keys=True).encode("utf-8")
-        blob = b"".join([MAGIC, _LENGTH.pack(len(header)), hashlib.sha256(header).digest(), header, payload])
-        path = self.path_for(int(step))
-        self._write_atomically(path, blob)
-        self._prune()
-        return path
-
-    def _write_atomically(self, path: Path, blob: bytes) -> None:
-        atomic_write(path, lambda file: file.write(blob), temp_prefix=_TEMP_PREFIX, sync_directory=True)
-
-    def _prune(self) -> None:
-        for step in self.all_steps()[:-self._max_to_keep]:
-            self.path_for(step).unlink(missing_ok=True)
-
-    def restore(self, template: Any, path: str | os.PathLike[str] | None = None
-                ) -> tuple[Any, dict[str, Any]]:
-        """Reads a checkpoint (default: the latest) into the structure of `template`.
-
-        Returns `(state, metadata)`; the state's leaves are numpy arrays. Raises `CheckpointError`
-        naming the file and the problem if it is missing, truncated, corrupted, of another format, or
-        its leaves differ from the template's.
-        """
-        if path is None:
-            path = self.latest()
-            if path is None:
-                raise CheckpointError(f"no checkpoint in {self._directory}")
-        return read_checkpoint(path, template)
+    state_dict = flax.serialization.to_state_dict(state)
+    payload = flax.serialization.msgpack_serialize(state_dict)
+    header = json.dumps({
+        **CHECKPOINT.header(),
+        "step": int(step),
+        "metadata": metadata,
+        "payload_bytes": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        "leaves": _summaries(state_dict),
+    }, sort_keys=True).encode("utf-8")
+    blob = b"".join([MAGIC, _LENGTH.pack(len(header)), hashlib.sha256(header).digest(), header, payload])
+    path = Path(path)
+    atomic_write(path, lambda file: file.write(blob), sync_directory=True)
+    return path
 
 
 def _read_header(path: Path, blob: bytes) -> tuple[dict[str, Any], bytes]:
@@ -171,7 +142,7 @@ def _read_header(path: Path, blob: bytes) -> tuple[dict[str, Any], bytes]:
     if len(blob) < _PREFIX_BYTES:
         raise fail(f"truncated ({len(blob)} bytes, shorter than the {_PREFIX_BYTES}-byte prefix)")
     if blob[:len(MAGIC)] != MAGIC:
-        raise fail(f"not a {FORMAT} file (magic bytes {blob[:len(MAGIC)]!r})")
+        raise fail(f"not a {CHECKPOINT.name} file (magic bytes {blob[:len(MAGIC)]!r})")
     (header_length,) = _LENGTH.unpack_from(blob, len(MAGIC))
     if _PREFIX_BYTES + header_length > len(blob):
         raise fail(f"truncated (header of {header_length} bytes does not fit in {len(blob)} bytes)")
@@ -180,9 +151,7 @@ def _read_header(path: Path, blob: bytes) -> tuple[dict[str, Any], bytes]:
     if hashlib.sha256(header_bytes).digest() != digest:
         raise fail("corrupted header (sha256 mismatch)")
     header = json.loads(header_bytes.decode("utf-8"))
-    if header.get("format") != FORMAT or header.get("version") != VERSION:
-        raise fail(f"unsupported format {header.get('format')!r} version {header.get('version')!r} "
-                   f"(expected {FORMAT!r} version {VERSION})")
+    read_header(header, CHECKPOINT, f"checkpoint {path}", CheckpointError)
     payload = blob[_PREFIX_BYTES + header_length:]
     if len(payload) != header["payload_bytes"]:
         raise fail(f"truncated or padded payload ({len(payload)} bytes, header says "
@@ -207,7 +176,12 @@ def verify_checkpoint_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def read_checkpoint(path: str | os.PathLike[str], template: Any) -> tuple[Any, dict[str, Any]]:
-    """Reads one checkpoint file into the structure of `template`; see `Checkpointer.restore`."""
+    """Reads one checkpoint file into the structure of `template`.
+
+    Returns `(state, metadata)`; the state's leaves are numpy arrays. Raises `CheckpointError` naming
+    the file and the problem if it is missing, truncated, corrupted, of another format or a newer
+    version, or its leaves differ from the template's.
+    """
     path = Path(path)
     header, payload = _read_verified(path)
     import flax.serialization

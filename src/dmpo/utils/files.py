@@ -7,6 +7,10 @@ temporary file and leaves the destination as it was.
 A kept file gets the mode a plain `open(path, "w")` would give it (0666 less the umask: 0644 under the
 usual 022), so another user or a serving container can read a shipped policy; `mkstemp` alone would
 leave every file 0600. `private=True` keeps a file 0600 for what must stay the owner's.
+
+A folder of several files (a checkpoint, a saved agent) is written the same way by `atomic_directory`:
+its files go into a temporary folder beside the destination, which is renamed into place once every
+file is complete, so the destination never exists half-written.
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "current_umask", "fsync_directory",
-           "kept_file_mode", "make_kept_directory"]
+__all__ = ["atomic_directory", "atomic_write", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
+           "current_umask", "fsync_directory", "kept_file_mode", "make_kept_directory"]
 
 
 def current_umask() -> int:
@@ -99,3 +104,30 @@ def fsync_directory(directory: str | os.PathLike[str]) -> None:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """`obj` as indented JSON, written atomically."""
     atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike[str], *, temp_prefix: str | None = None) -> Iterator[Path]:
+    """Yields a fresh temporary folder beside `path` to write into; when the block ends without an
+    error the folder is fsync'ed and renamed to `path`, and the parent fsync'ed, so the new folder
+    appears complete or not at all. An error (or a failed rename) removes the temporary folder.
+
+    `path` must not exist: a folder is never replaced (`FileExistsError` before anything is written).
+
+    Args:
+      temp_prefix: name prefix of the temporary folder (default `.<name>.`), so that the owner of the
+        parent can find and delete those left by a killed writer.
+    """
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; a complete folder is never replaced")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = make_kept_directory(path.parent, f".{path.name}." if temp_prefix is None else temp_prefix)
+    try:
+        yield temp
+        fsync_directory(temp)
+        os.rename(temp, path)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    fsync_directory(path.parent)

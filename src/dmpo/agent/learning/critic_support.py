@@ -20,10 +20,11 @@ Two sources of `[lo, hi]`, in this order:
    definition (`GYM_REWARD_BOUNDS`: Pendulum's reward is a cost ≤ 0, so no atom lies above a return
    of 0). Used exactly, no margin.
 2. **Observed**: otherwise (gymnasium declares no reward range since 1.0) a uniformly random policy
-   takes `min_replay_size` agent steps in an environment of its own (seed `seed + 7_919_993`) before
-   training, and `[lo, hi]` are the smallest and largest rewards it saw. A random policy's rewards
-   understate what a trained one earns, so the support is widened by `MARGIN_BELOW` of the
-   interval's span below and `MARGIN_ABOVE` above (the interval's span counts as at least 1).
+   takes `min_replay_size` agent steps in an environment of its own (seeded by
+   `dmpo.utils.seeds.reward_probe_seed`) before training, and `[lo, hi]` are the smallest and largest
+   rewards it saw. A random policy's rewards understate what a trained one earns, so the support is
+   widened by `MARGIN_BELOW` of the interval's span below and `MARGIN_ABOVE` above (the interval's
+   span counts as at least 1).
 
 This probe is not the replay fill itself: both trainers build the networks, whose support is fixed,
 before the first environment step, and doing it before either starts keeps the two modes identical.
@@ -40,12 +41,12 @@ import numpy as np
 from dm_env import specs
 
 from dmpo.config import REFERENCE_SUPPORT, ConfigError, NetworkConfig, TrainConfig
+from dmpo.utils.seeds import reward_probe_seed
 
 MARGIN_BELOW = 0.25
 """Observed mode: the support extends below the random policy's value range by this share of its span."""
 MARGIN_ABOVE = 1.0
 """Observed mode: ... and above it by this share (learning raises returns, so more room above)."""
-PROBE_SEED_OFFSET = 7_919_993
 
 GYM_REWARD_BOUNDS: dict[str, tuple[float, float]] = {
     # -(θ² + 0.1·θ̇² + 0.001·u²) with θ ∈ [-π, π], |θ̇| ≤ 8, |u| ≤ 2 (gymnasium's pendulum.py).
@@ -144,7 +145,7 @@ def resolve_support(config: TrainConfig, factory: Any, environment: Any) -> tupl
                f"returns lie in [{low:g}, {high:g}]")
     else:
         steps = config.agent.min_replay_size
-        seen = observed_reward_bounds(factory, steps, config.seed + PROBE_SEED_OFFSET)
+        seen = observed_reward_bounds(factory, steps, reward_probe_seed(config.seed))
         low, high = widen(*value_bounds(*seen, discount))
         how = (f"{steps} random steps saw rewards in [{seen[0]:.4g}, {seen[1]:.4g}]; at discount "
                f"{discount:g} widened by {MARGIN_BELOW:g}/{MARGIN_ABOVE:g} of the span below/above")

@@ -7,7 +7,11 @@ box, the observation's flattening, the action repeat and the frame stack. It is 
 pickle: loading it runs no code from the file), written atomically, so a reader never sees half a
 snapshot. `load_policy(path)` rebuilds the networks from the configuration and returns a
 `LoadedPolicy` that needs no learner, replay or optimiser and acts in the task's own bounds.
-A version-1 snapshot (no task record) loads with a warning, acting in the canonical `[-1, 1]` box.
+
+The file starts with the header of `dmpo.utils.formats`: `"format": "dmpo.policy"` and its
+`"format_version"` (3). Versions 1 and 2 were written as `"format": "dmpo-policy-snapshot"` with a
+`"version"` key; both still load. Version 3 changed only the header. A version-1 snapshot (no task
+record) loads with a warning, acting in the canonical `[-1, 1]` box.
 
 Snapshots cover networks built by `dmpo.agent.networks.make_networks` from a `NetworkConfig`; custom
 network code is not stored in the file and cannot be rebuilt from it.
@@ -37,13 +41,12 @@ from dmpo.config.files import config_from_dict, config_to_dict
 from dmpo.envs.interface import TaskInterface
 from dmpo.types import EnvironmentSpec
 from dmpo.utils.files import atomic_write_bytes
+from dmpo.utils.formats import SNAPSHOT, read_header
 
 __all__ = ["FORMAT", "VERSION", "LoadedPolicy", "SnapshotError", "load_policy", "observation_input",
            "save_policy", "save_policy_on_interrupt"]
 
-FORMAT = "dmpo-policy-snapshot"
-VERSION = 2
-_READABLE_VERSIONS = (1, 2)  # version 1: no task record (canonical bounds, a warning on load)
+FORMAT, VERSION = SNAPSHOT.name, SNAPSHOT.version
 
 
 class SnapshotError(ValueError):
@@ -119,8 +122,7 @@ def save_policy(path: str | os.PathLike[str], env_spec: EnvironmentSpec, network
     path.parent.mkdir(parents=True, exist_ok=True)
     metadata = dict(metadata or {})
     payload = {
-        "format": FORMAT,
-        "version": VERSION,
+        **SNAPSHOT.header(),
         "network_config": config_to_dict(network_config),
         "environment_spec": environment_spec_to_dict(env_spec._replace(task=None)),
         "task": _task_of(env_spec, metadata).to_dict(),
@@ -143,12 +145,7 @@ def load_policy(path: str | os.PathLike[str], *, deterministic: bool = True, see
         payload = serialization.msgpack_restore(path.read_bytes())
     except Exception as error:  # msgpack raises several unrelated types on damaged input
         raise SnapshotError(f"{path} is not a readable policy snapshot: {error}") from error
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise SnapshotError(f"{path} is not a dmpo policy snapshot (format field missing or wrong)")
-    version = payload.get("version")
-    if version not in _READABLE_VERSIONS:
-        raise SnapshotError(f"{path} has snapshot version {version!r}; this dmpo reads versions "
-                            f"{list(_READABLE_VERSIONS)}")
+    version = read_header(payload, SNAPSHOT, str(path), SnapshotError)
     env_spec = environment_spec_from_dict(payload["environment_spec"])
     metadata = payload.get("metadata", {})
     if version == 1:

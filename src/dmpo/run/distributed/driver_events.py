@@ -21,7 +21,6 @@ the driver's process.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,13 +97,18 @@ class DriverEvents:
         """The learner wrote the checkpoint `path` (None: it had nothing to write): `on_checkpoint`."""
         if path is None:
             return
+        from dmpo.lifecycle.checkpoints import read_state
+        from dmpo.utils.checkpointing import CheckpointError
+
         try:
-            state = json.loads((Path(path) / "state.json").read_text())
-        except FileNotFoundError:  # retention removed it already: newer checkpoints were written since
+            state = read_state(path)
+        except (FileNotFoundError, CheckpointError):  # retention removed it already: newer ones since
+            if Path(path).exists():
+                raise
             return
-        self._checkpointed(int(state["env_steps"]))
-        self.callbacks.on_checkpoint({"path": path, "env_steps": int(state["env_steps"]),
-                                      "learner_steps": int(state["learner_steps"])})
+        self._checkpointed(state.env_steps)
+        self.callbacks.on_checkpoint({"path": path, "env_steps": state.env_steps,
+                                      "learner_steps": state.learner_steps})
 
     def _forward_rows(self) -> None:
         if self._follower is not None:

@@ -8,11 +8,10 @@ twice. A checkpoint the single-process trainer wrote is resumed there, not here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from dmpo.lifecycle.checkpoints import CheckpointState
+from dmpo.lifecycle.checkpoints import CheckpointState, read_state
 from dmpo.reporting.rewind import rewind_logs
 from dmpo.run.distributed.common import NODE_LOG_STEP_KEYS
 
@@ -21,8 +20,7 @@ def restored_state(checkpoint: Path | None) -> CheckpointState | None:
     """The run state `checkpoint` holds (None: none to resume from)."""
     if checkpoint is None:
         return None
-    state_file = checkpoint / "state.json"
-    state = CheckpointState.from_json(json.loads(state_file.read_text()), where=str(state_file))
+    state = read_state(checkpoint)
     if not state.distributed:
         raise ValueError(f"{checkpoint} was written by the single-process trainer; resume it with actors = 0")
     return state
@@ -30,11 +28,11 @@ def restored_state(checkpoint: Path | None) -> CheckpointState | None:
 
 def rewind_node_logs(run_dir: Path, checkpoint: Path | None) -> None:
     """Cuts every node's logs back to `checkpoint`'s steps (None: to step 0)."""
-    saved = ({"env_steps": 0, "learner_steps": 0} if checkpoint is None
-             else json.loads((checkpoint / "state.json").read_text()))
+    state = read_state(checkpoint) if checkpoint is not None else None
+    steps = {"env_steps": state.env_steps if state else 0,
+             "learner_steps": state.learner_steps if state else 0}
     for label, key in NODE_LOG_STEP_KEYS.items():  # rows past the checkpoint would be logged twice
-        step = saved["learner_steps" if key == "learner_steps" else "env_steps"]
-        rewind_logs(run_dir, label, key, int(step))
+        rewind_logs(run_dir, label, key, steps["learner_steps" if key == "learner_steps" else "env_steps"])
 
 
 def replay_to_restore(checkpoint: Path | None, config: Any) -> str | None:
