@@ -43,7 +43,7 @@ test: lint docs
 # each waits on installs and a Ray start as much as on the CPU. Fails if either fails.
 smoke-wheel: $(STAMP)
 	rm -rf build/smoke-wheel && $(BIN)/uv build --quiet --wheel --out-dir build/smoke-wheel .
-	WHEEL=$$(ls build/smoke-wheel/dmpo-*.whl); \
+	WHEEL=$$(ls build/smoke-wheel/dmpo_jax-*.whl); \
 	UV=$(BIN)/uv PYTHON=$(PYTHON) WHEEL=$$WHEEL .ci/wheel-smoke highest & highest=$$!; \
 	UV=$(BIN)/uv PYTHON=$(PYTHON) WHEEL=$$WHEEL .ci/wheel-smoke lowest-direct; lowest=$$?; \
 	wait $$highest; test $$? -eq 0 -a $$lowest -eq 0
