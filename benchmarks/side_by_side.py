@@ -22,6 +22,9 @@ script's task and changes nothing else (the reference launcher's networks are th
 --out gets results.json (every run, every timestamped line; written after each run, so the same command
 again continues the batch, skipping runs already there) and results.md (the tables, with the date,
 commit, machine, load and commands on top).
+
+The peers' paths: --acme-python/--acme-script and --sac-python/--sac-script, or the environment variables
+DMPO_BENCH_ACME_PYTHON, DMPO_BENCH_ACME_SCRIPT, DMPO_BENCH_SAC_PYTHON and DMPO_BENCH_SAC_SCRIPT.
 """
 
 from __future__ import annotations
@@ -57,6 +60,14 @@ ACME_TASK_WRAPPER = Path(__file__).resolve().parent / "acme_task.py"
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 40.0  # dmpo --actors waits up to 20 s for its nodes; leave it room to finish
 REPO = Path(__file__).resolve().parent.parent
+# The peers run from environments of their own, outside this repository: each path comes from its flag
+# or, without it, from an environment variable. There is no default path.
+PEER_FLAGS = (
+    ("--acme-python", "DMPO_BENCH_ACME_PYTHON", "the Python of Acme's TF DMPO environment"),
+    ("--acme-script", "DMPO_BENCH_ACME_SCRIPT", "the Acme peer script (its `train` command)"),
+    ("--sac-python", "DMPO_BENCH_SAC_PYTHON", "the Python of the SBX SAC environment"),
+    ("--sac-script", "DMPO_BENCH_SAC_SCRIPT", "the SBX SAC peer script"),
+)
 # bench.py train's episode line: episode, cumulative env steps, return, steps/s, its own wall seconds.
 ACME_EPISODE_LINE = re.compile(
     r"episode\s+(\d+)\s+env_steps\s+(\d+)\s+return\s+(\S+)\s+steps/s\s+\S+\s+wall\s+(\S+)")
@@ -309,11 +320,15 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", nargs="+", choices=RUN_KINDS, default=list(RUN_KINDS))
     parser.add_argument("--summarise-only", action="store_true")
-    parser.add_argument("--acme-python", default="/work/peers/acme-peer/venv/bin/python")
-    parser.add_argument("--acme-script", default="/work/shared/acme_peer/bench.py")
-    parser.add_argument("--sac-python", default="/work/peers/sbx/bin/python")
-    parser.add_argument("--sac-script", default="/work/shared/sbx_peer/sac_dmc.py")
+    for flag, variable, what in PEER_FLAGS:
+        parser.add_argument(flag, default=os.environ.get(variable),
+                            help=f"{what} (default: ${variable}); needed by the runs it names")
     args = parser.parse_args(argv)
+    if not args.summarise_only:
+        for flag, variable, what in PEER_FLAGS:
+            kind = flag.split("-")[2]  # --acme-python -> acme
+            if kind in args.runs and not getattr(args, flag[2:].replace("-", "_")):
+                parser.error(f"--runs {kind} needs {flag} or ${variable}: {what}")
     args.dmpo_flags = dmpo_flags
     if not args.summarise_only and not args.task.startswith("dmc:"):
         parser.error("the peers run dm_control tasks only: --task dmc:<domain>-<task>")
