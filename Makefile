@@ -23,7 +23,7 @@ train: $(STAMP)
 	$(BIN)/dmpo train $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
 
 # The documentation site (mkdocs.yml, docs/): --strict fails on a broken link, a missing page or a
 # docstring reference mkdocstrings cannot resolve. Output in site/ (ignored by git). Not --quiet: with
