@@ -243,6 +243,22 @@ def test_python_block_compiles_and_names_what_exists(page, code):
             assert exists, f"{page}: dmpo.{node.attr}: no such name"
 
 
+# -- install hints ----------------------------------------------------------------------------------------
+
+HINT_ROOTS = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "docs", ROOT / "examples",
+              ROOT / "benchmarks", ROOT / "pyproject.toml", ROOT / "Makefile"]
+OTHER_PROJECT = re.compile(r"(?<![\w./-])dmpo\[")  # `dmpo[extra]`: an extra of PyPI's unrelated `dmpo`
+
+
+def test_no_install_hint_names_another_projects_distribution():
+    files = [p for root in HINT_ROOTS for p in ([root] if root.is_file() else root.rglob("*"))
+             if p.is_file() and p.suffix in {".md", ".py", ".toml", ""} and "recorded" not in p.parts]
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in files
+             for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+             if OTHER_PROJECT.search(line)]
+    assert not found, f"install hints naming PyPI's dmpo (use dmpo-jax[...] or .[...]): {found}"
+
+
 # -- the flag reference -----------------------------------------------------------------------------------
 
 def test_cli_reference_lists_every_flag_of_every_command():
