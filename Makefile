@@ -13,6 +13,8 @@ $(STAMP): requirements.lock pyproject.toml
 	# process would otherwise compile jax, flax, ray... from source at each start (≈ 4 s of CPU for
 	# `dmpo train`, paid again by each subprocess test and each Ray worker).
 	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python requirements.lock
+	# The checkout was installed as `dmpo` before its distribution became `dmpo-jax`: remove that one.
+	$(BIN)/uv pip uninstall --quiet --python $(BIN)/python dmpo 2>/dev/null || true
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
 
