@@ -280,3 +280,10 @@ def test_cli_reference_lists_every_flag_of_every_command():
         documented = {flag for line in rows.splitlines() for flag in re.findall(r"`(--?[a-z][a-z0-9.-]*)`",
                                                                                 line.split(" | ")[0])}
         assert documented == flags, (name, sorted(documented ^ flags))
+
+
+def test_readme_stays_a_landing_page_that_opens_with_its_two_commands():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 160
+    first = next(code for _, language, code in FENCE.findall(readme) if language == "bash")
+    assert [line.split()[:2] for line in first.splitlines()] == [["make", "train"], ["make", "test"]]
