@@ -13,6 +13,8 @@ $(STAMP): requirements.lock pyproject.toml
 	# process would otherwise compile jax, flax, ray... from source at each start (≈ 4 s of CPU for
 	# `dmpo train`, paid again by each subprocess test and each Ray worker).
 	$(BIN)/uv pip sync --quiet --compile-bytecode --python $(BIN)/python requirements.lock
+	# The checkout was installed as `dmpo` before its distribution became `dmpo-jax`: remove that one.
+	$(BIN)/uv pip uninstall --quiet --python $(BIN)/python dmpo 2>/dev/null || true
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
 
@@ -23,7 +25,7 @@ train: $(STAMP)
 	$(BIN)/dmpo train $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/lint-imports --no-cache
 
 # The documentation site (mkdocs.yml, docs/): --strict fails on a broken link, a missing page or a
@@ -44,7 +46,7 @@ test: lint docs
 # each waits on installs and a Ray start as much as on the CPU. Fails if either fails.
 smoke-wheel: $(STAMP)
 	rm -rf build/smoke-wheel && $(BIN)/uv build --quiet --wheel --out-dir build/smoke-wheel .
-	WHEEL=$$(ls build/smoke-wheel/dmpo-*.whl); \
+	WHEEL=$$(ls build/smoke-wheel/dmpo_jax-*.whl); \
 	UV=$(BIN)/uv PYTHON=$(PYTHON) WHEEL=$$WHEEL .ci/wheel-smoke highest & highest=$$!; \
 	UV=$(BIN)/uv PYTHON=$(PYTHON) WHEEL=$$WHEEL .ci/wheel-smoke lowest-direct; lowest=$$?; \
 	wait $$highest; test $$? -eq 0 -a $$lowest -eq 0

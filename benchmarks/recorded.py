@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/recorded.py benchmarks/recorded/presets-3seeds-100k.json \
         benchmarks/recorded/fast-seeds34-100k.json
     .venv/bin/python benchmarks/recorded.py --time-to-score benchmarks/recorded/*.json
-    .venv/bin/python benchmarks/recorded.py --record /work/bench/fast-seeds34 --commit abc1234 > new.json
+    .venv/bin/python benchmarks/recorded.py --record bench/fast-seeds34 --commit abc1234 > new.json
 
 Some results in docs/results/ predate `benchtools.statistics` and their run folders were not kept;
 their curves were recorded in the text. This script rebuilds each run's final return and area under the

@@ -1,6 +1,6 @@
 """Per-seed learner diagnostics: what a weak seed logged beside the others of its task.
 
-    .venv/bin/python benchmarks/seed_diagnostics.py /work/bench/fast-seeds34 --task dmc:walker-walk
+    .venv/bin/python benchmarks/seed_diagnostics.py bench/fast-seeds34 --task dmc:walker-walk
     .venv/bin/python benchmarks/seed_diagnostics.py runs/a runs/b --windows 5
 
 Reads each run's (finished or not) learner and evaluator logs, from `benchmarks/learning.py` folders

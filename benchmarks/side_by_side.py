@@ -4,6 +4,7 @@
         --seeds 0 --threshold 800 --max-steps 500000 --max-minutes 60 --out bench/side-by-side \\
         --runs dmpo dmpo-overlap dmpo-actors1 dmpo-actors2 sac acme [-- extra dmpo flags]
     ... benchmarks/side_by_side.py --out bench/side-by-side --summarise-only
+    ... benchmarks/side_by_side.py --summarise benchmarks/recorded/side-by-side/walker-walk-b128.json
 
 Every (run kind, seed) runs alone, one after another, as a subprocess in its own process group under
 `nice -n 10`. Each is timed the same way: wall-clock since its launch at which each result line (Acme,
@@ -22,6 +23,9 @@ script's task and changes nothing else (the reference launcher's networks are th
 --out gets results.json (every run, every timestamped line; written after each run, so the same command
 again continues the batch, skipping runs already there) and results.md (the tables, with the date,
 commit, machine, load and commands on top).
+
+The peers' paths: --acme-python/--acme-script and --sac-python/--sac-script, or the environment variables
+DMPO_BENCH_ACME_PYTHON, DMPO_BENCH_ACME_SCRIPT, DMPO_BENCH_SAC_PYTHON and DMPO_BENCH_SAC_SCRIPT.
 """
 
 from __future__ import annotations
@@ -57,6 +61,14 @@ ACME_TASK_WRAPPER = Path(__file__).resolve().parent / "acme_task.py"
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 40.0  # dmpo --actors waits up to 20 s for its nodes; leave it room to finish
 REPO = Path(__file__).resolve().parent.parent
+# The peers run from environments of their own, outside this repository: each path comes from its flag
+# or, without it, from an environment variable. There is no default path.
+PEER_FLAGS = (
+    ("--acme-python", "DMPO_BENCH_ACME_PYTHON", "the Python of Acme's TF DMPO environment"),
+    ("--acme-script", "DMPO_BENCH_ACME_SCRIPT", "the Acme peer script (its `train` command)"),
+    ("--sac-python", "DMPO_BENCH_SAC_PYTHON", "the Python of the SBX SAC environment"),
+    ("--sac-script", "DMPO_BENCH_SAC_SCRIPT", "the SBX SAC peer script"),
+)
 # bench.py train's episode line: episode, cumulative env steps, return, steps/s, its own wall seconds.
 ACME_EPISODE_LINE = re.compile(
     r"episode\s+(\d+)\s+env_steps\s+(\d+)\s+return\s+(\S+)\s+steps/s\s+\S+\s+wall\s+(\S+)")
@@ -277,6 +289,11 @@ def run_one(kind: str, seed: int, args: argparse.Namespace) -> dict:
 
 
 def write_summary(out: Path, results: dict) -> None:
+    (out / "results.md").write_text(summary_markdown(results))
+
+
+def summary_markdown(results: dict) -> str:
+    """results.md's text: the date, commit, machine and commands, then the tables."""
     preamble = [
         f"# Time to score, side by side: {results['task']}, threshold {results['threshold']:g}",
         "",
@@ -288,7 +305,7 @@ def write_summary(out: Path, results: dict) -> None:
         "- times: wall-clock since each run's launch, when its line or log row was first seen",
         "", "Commands:", "",
     ] + [f"- {r['kind']} seed {r['seed']}: `{r.get('command', r['status'])}`" for r in results["runs"]]
-    (out / "results.md").write_text(results_markdown(results["runs"], preamble=preamble))
+    return results_markdown(results["runs"], preamble=preamble)
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -306,15 +323,27 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=500_000)
     parser.add_argument("--max-minutes", type=float, default=60.0)
     parser.add_argument("--eval-every", type=int, default=10_000, help="dmpo and SAC evaluation period")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="the batch's folder (results.json, results.md, runs/)")
     parser.add_argument("--runs", nargs="+", choices=RUN_KINDS, default=list(RUN_KINDS))
-    parser.add_argument("--summarise-only", action="store_true")
-    parser.add_argument("--acme-python", default="/work/peers/acme-peer/venv/bin/python")
-    parser.add_argument("--acme-script", default="/work/shared/acme_peer/bench.py")
-    parser.add_argument("--sac-python", default="/work/peers/sbx/bin/python")
-    parser.add_argument("--sac-script", default="/work/shared/sbx_peer/sac_dmc.py")
+    parser.add_argument("--summarise-only", action="store_true",
+                        help="rewrite OUT/results.md from OUT/results.json; run nothing")
+    parser.add_argument("--summarise", type=Path, nargs="+", metavar="RESULTS_JSON",
+                        help="print the tables of these results.json files (e.g. benchmarks/recorded/"
+                             "side-by-side/*.json); run and write nothing")
+    for flag, variable, what in PEER_FLAGS:
+        parser.add_argument(flag, default=os.environ.get(variable),
+                            help=f"{what} (default: ${variable}); needed by the runs it names")
     args = parser.parse_args(argv)
+    if not (args.summarise_only or args.summarise):
+        for flag, variable, what in PEER_FLAGS:
+            kind = flag.split("-")[2]  # --acme-python -> acme
+            if kind in args.runs and not getattr(args, flag[2:].replace("-", "_")):
+                parser.error(f"--runs {kind} needs {flag} or ${variable}: {what}")
     args.dmpo_flags = dmpo_flags
+    if args.summarise:
+        return args
+    if args.out is None:
+        parser.error("--out is required (or --summarise FILE to print recorded tables)")
     if not args.summarise_only and not args.task.startswith("dmc:"):
         parser.error("the peers run dm_control tasks only: --task dmc:<domain>-<task>")
     if args.threshold is None and not args.summarise_only:
@@ -326,6 +355,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_arguments(argv)
+    if args.summarise:
+        for path in args.summarise:
+            print(summary_markdown(json.loads(path.read_text())))
+        return
     results_path = args.out / "results.json"
     if args.summarise_only:
         write_summary(args.out, json.loads(results_path.read_text()))

@@ -4,12 +4,14 @@ A killed run logged steps 0..10, its checkpoint was at step 6, the resumed run l
 prints what TensorBoard's EventAccumulator (what the TensorBoard UI draws) and, if installed, tbparse
 (a reader that ignores purge markers) list. Needs `tensorboard` (dev extra); tbparse is optional.
 
-    .venv/bin/python benchmarks/tensorboard_resume.py /tmp/tb-resume
+    .venv/bin/python benchmarks/tensorboard_resume.py bench/tensorboard-resume
+
+The folder (default bench/tensorboard-resume) must be new or empty: the script writes one subfolder per case.
 """
 
 from __future__ import annotations
 
-import shutil
+import argparse
 import sys
 import time
 import uuid
@@ -50,8 +52,18 @@ def random_suffix() -> str:
     return "." + uuid.uuid4().hex[:8]
 
 
+def parse_arguments(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, nargs="?", default=Path("bench/tensorboard-resume"),
+                        help="a new or empty folder for the cases' event files (default: %(default)s)")
+    root = parser.parse_args(argv).folder
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        parser.error(f"{root} exists and is not an empty folder: name a new one")
+    return root
+
+
 def main(root: Path) -> None:
-    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
     case = root / "no_purge"
     write(case, range(11), 1.0)
     time.sleep(1.1)
@@ -82,4 +94,4 @@ def main(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/tb-resume"))
+    main(parse_arguments(sys.argv[1:]))

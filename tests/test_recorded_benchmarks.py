@@ -1,5 +1,5 @@
 """benchmarks/recorded.py: recorded curves restated with the tool's rliable statistics (the result
-pages under docs/results/ show what it prints; the site's build, not a string match, checks them)."""
+pages under docs/results/ show what it prints; tests/test_results_pages.py holds them to it)."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def test_acme_runs_other_tasks_through_the_wrapper_which_sets_only_the_task(side
                     "    print('built', DOMAIN, TASK, 'with', argv)\n")
     args = side_by_side.parse_arguments(["--task", "dmc:walker-walk", "--out", str(tmp_path), "--seeds", "3",
                                          "--max-steps", "5000", "--acme-python", sys.executable,
-                                         "--acme-script", str(peer)])
+                                         "--acme-script", str(peer), "--runs", "acme"])
     command, _ = side_by_side.run_command("acme", 3, args, tmp_path / "run")
     assert command[:3] == ["nice", "-n", "10"]
     done = subprocess.run(command[3:], capture_output=True, text=True, check=True)
@@ -109,3 +109,19 @@ def test_acme_runs_other_tasks_through_the_wrapper_which_sets_only_the_task(side
     args.task = "dmc:cartpole-swingup"
     command, _ = side_by_side.run_command("acme", 3, args, tmp_path / "run")
     assert command[3:5] == [sys.executable, str(peer)]
+
+
+def test_peer_paths_come_from_flags_or_the_environment_never_a_default(side_by_side, tmp_path, monkeypatch):
+    for variable in ("DMPO_BENCH_ACME_PYTHON", "DMPO_BENCH_ACME_SCRIPT", "DMPO_BENCH_SAC_PYTHON",
+                     "DMPO_BENCH_SAC_SCRIPT"):
+        monkeypatch.delenv(variable, raising=False)
+    base = ["--task", "dmc:walker-walk", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as error:  # a peer run with no path to its environment: one line, exit 2
+        side_by_side.parse_arguments([*base, "--runs", "dmpo", "sac"])
+    assert error.value.code == 2
+    assert side_by_side.parse_arguments([*base, "--runs", "dmpo"]).sac_python is None  # dmpo alone needs none
+    monkeypatch.setenv("DMPO_BENCH_SAC_PYTHON", "/opt/sac/bin/python")
+    monkeypatch.setenv("DMPO_BENCH_SAC_SCRIPT", "sac_dmc.py")
+    args = side_by_side.parse_arguments([*base, "--runs", "sac"])
+    assert side_by_side.run_command("sac", 0, args, tmp_path / "run")[0][3:5] == ["/opt/sac/bin/python",
+                                                                               "sac_dmc.py"]
