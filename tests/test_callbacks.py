@@ -243,7 +243,8 @@ def test_a_missing_tracker_package_is_a_one_line_error_before_the_run_starts(tmp
 
     monkeypatch.setattr(builtins, "__import__", without_wandb)
     config = TrainConfig(env="test:fake", steps=20, track="wandb", agent=tiny_config())
-    with pytest.raises(ConfigError, match=r"pip install 'dmpo\[wandb\]'"):
+    hint = r"pip install 'dmpo-jax\[wandb\]' \(from a checkout: pip install -e '\.\[wandb\]'\)"
+    with pytest.raises(ConfigError, match=hint):
         train(config, tmp_path / "run", env_factory=fake_env, progress=False, quiet=True)
     assert not (tmp_path / "run").exists()
 

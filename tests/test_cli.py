@@ -66,7 +66,7 @@ def test_video_every_on_a_task_that_cannot_render_fails_at_start(capsys, tmp_pat
     code, output = run_cli(["train", "--env", "gym:Pendulum-v1", "--video-every", "1000",
                             "--run-dir", str(tmp_path / "run")], capsys)
     assert code == 2 and output.startswith("dmpo: error: --video-every 1000: cannot render Pendulum-v1")
-    assert "pip install 'dmpo[classic-control]'" in output and not (tmp_path / "run").exists()
+    assert "pip install 'dmpo-jax[classic-control]'" in output and not (tmp_path / "run").exists()
 
 
 def test_a_budget_that_ends_before_learning_is_warned_at_start(monkeypatch, capsys, tmp_path):

@@ -246,7 +246,7 @@ def test_python_block_compiles_and_names_what_exists(page, code):
 # -- install hints ----------------------------------------------------------------------------------------
 
 HINT_ROOTS = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "docs", ROOT / "examples",
-              ROOT / "benchmarks", ROOT / "pyproject.toml", ROOT / "Makefile"]
+              ROOT / "benchmarks", ROOT / "pyproject.toml", ROOT / "Makefile", ROOT / "src", ROOT / ".ci"]
 OTHER_PROJECT = re.compile(r"(?<![\w./-])dmpo\[")  # `dmpo[extra]`: an extra of PyPI's unrelated `dmpo`
 
 

@@ -100,7 +100,8 @@ def test_export_errors_are_one_line_before_any_work(tmp_path, capsys, monkeypatc
         with pytest.raises(ExportError, match="is not writable"):
             export_policy(run, locked / "p.onnx", "stablehlo")
     monkeypatch.setitem(sys.modules, "jax2onnx", None)  # as if the extra were not installed
-    with pytest.raises(ExportError, match=r"pip install 'dmpo\[export\]' \(jax2onnx is missing\)"):
+    hint = r"pip install 'dmpo-jax\[export\]' \(from a checkout: pip install -e '\.\[export\]'\)"
+    with pytest.raises(ExportError, match=hint + "; jax2onnx is missing"):
         export_policy(run, tmp_path / "p.onnx", "onnx")
 
 

@@ -83,6 +83,7 @@ def test_single_process_path_imports_no_ray_and_actors_name_the_extra(tmp_path):
                             cwd=tmp_path)
     assert "imports ok" in result.stdout, result.stderr
     assert result.returncode == 2, result.stderr
-    assert "--actors needs Ray" in result.stderr and "pip install 'dmpo[distributed]'" in result.stderr
+    assert "--actors needs Ray" in result.stderr and "pip install 'dmpo-jax[distributed]'" in result.stderr
+    assert "pip install -e '.[distributed]'" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()  # failed before creating anything

@@ -225,8 +225,8 @@ def export(
 
     Args:
       target: a run directory or a snapshot file.
-      format: onnx (needs the export extra: pip install 'dmpo[export]') or stablehlo (jax.export; its
-        metadata goes to OUTPUT.json).
+      format: onnx (needs the export extra: pip install 'dmpo-jax[export]', from a checkout
+        pip install -e '.[export]') or stablehlo (jax.export; its metadata goes to OUTPUT.json).
       output: file to write.
       best: export snapshots/best.msgpack (the best-evaluated policy) instead of the latest.
       opset: ONNX opset to write (default: jax2onnx's own); onnx only.

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 import tyro
 
+from dmpo.utils.install import install_hint
+
 __all__ = ["split_train_flags", "sweep"]
 
 
@@ -121,12 +123,12 @@ def sweep(
         import ray  # noqa: F401
         from ray import tune  # noqa: F401
     except ImportError as error:
-        _fail(f"dmpo sweep needs Ray Tune ({error}); install it with: pip install 'dmpo[sweep]'")
+        _fail(f"dmpo sweep needs Ray Tune ({error}); install it with: {install_hint('sweep')}")
     if search == "optuna":
         try:
             import optuna  # noqa: F401
         except ImportError:
-            _fail("--search optuna needs Optuna; install it with: pip install 'dmpo[sweep]'")
+            _fail(f"--search optuna needs Optuna; install it with: {install_hint('sweep')}")
     from dmpo.sweeps.runner import Resources, main_message, run_sweep
 
     resources = Resources(ray_address, num_cpus, cpus_per_trial, gpus_per_trial, max_concurrent, max_failures,

@@ -23,6 +23,7 @@ import tyro
 from dmpo.cli.flags import fail
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.lifecycle.resume import RESUMABLE_FIELDS
+from dmpo.utils.install import install_hint
 
 
 def train(
@@ -207,7 +208,7 @@ def _cluster_settings(config: TrainConfig, ray_address: str | None, resources: d
 
         from dmpo.run.distributed.options import ProgramOptions
     except ImportError:
-        fail("--actors needs Ray, which is not installed; install it with: pip install 'dmpo[distributed]'")
+        fail(f"--actors needs Ray, which is not installed; install it with: {install_hint('distributed')}")
     from dmpo.run.run import ClusterSettings
 
     placement: dict[str, Any] = _parse_resources(resources) if any(resources.values()) else {}

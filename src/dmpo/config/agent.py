@@ -175,8 +175,12 @@ class LearnerConfig:
     target_update_rate: float | None = None
     """If set, Polyak-average targets with this rate every step instead of periodic copies."""
     policy_learning_rate: float = 1e-4
+    """Adam learning rate of the policy network."""
     critic_learning_rate: float = 1e-4
+    """Adam learning rate of the critic and of the observation network (which only the critic's loss
+    trains)."""
     dual_learning_rate: float = 1e-2
+    """Adam learning rate of the dual variables (temperature, KL multipliers)."""
     clipping: bool = True
     """Clip policy and critic gradients (separately) to a global norm."""
     max_gradient_norm: float = 40.0
@@ -207,16 +211,23 @@ class DMPOConfig:
     """Everything the single-process and distributed agents are built from (algorithm.md §3, §7.1)."""
 
     batch_size: int = 256
+    """Transitions per learner update (one sampled batch)."""
     prefetch_size: int = 4
     """Batches the dataset keeps ready ahead of the learner."""
     min_replay_size: int = 1000
+    """Items in replay before the first learner update (learning waits for max(batch size, this)
+    env steps)."""
     max_replay_size: int = 1_000_000
+    """Replay capacity in items; the oldest item is removed first (FIFO)."""
     samples_per_insert: float | None = 32.0
     """Target ratio of sampled to inserted items. None: no ratio, the distributed learner samples as
     fast as it can once `min_replay_size` items are in (algorithm.md §2 `MinSize`); only the distributed
     program can run that, so a single-process run (`actors=0`) refuses None."""
     n_step: int = 5
+    """Steps summed into each n-step transition's discounted reward before bootstrapping."""
     checkpoint: bool = True
+    """Write checkpoints; False: none is written, `checkpoint_every` is ignored and the run cannot be
+    resumed."""
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
     networks: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)
 
@@ -240,13 +251,12 @@ class DMPOConfig:
 
 
 def control_suite_preset() -> DMPOConfig:
-    """`dmpo train --preset control` (the default before the time-to-score grid): the
+    """`dmpo train --preset control` (the default before 2026-12-04): the
     reference's update ratio; it differs from the reference's `DMPOConfig()` in two values, each taken
     from one of the reference's own launchers (algorithm.md §10): policy and critic learning rate 3e-4 (the
     JAX agent's) instead of 1e-4, and a policy target period of 25 (the distributed control-suite
-    launcher's) instead of 100. Measured at 100k steps, 3 seeds
-    (docs/results/learning.md): cartpole-swingup 766.5, walker-walk 358.5, cheetah-run 160.7; the reference TF
-    agent reached about 330 on cartpole-swingup."""
+    launcher's) instead of 100. Measured at 100k steps, 3 seeds (docs/results/learning.md, "`control`
+    and `reference`"): cartpole-swingup 766.5, walker-walk 358.5, cheetah-run 160.7."""
     learner = LearnerConfig(policy_learning_rate=3e-4, critic_learning_rate=3e-4,
                             target_policy_update_period=25)
     return DMPOConfig(learner=learner)
@@ -257,11 +267,11 @@ def sample_efficient_preset() -> DMPOConfig:
     env step (one per 2 env steps, where the reference makes one per 8 and SAC one per step) on batches
     of 128 (samples per insert 64), a
     critic of 256-256-256 instead of 512-512-256, and K = 4 updates per jitted call. Not the reference's
-    values: chosen by the grid in docs/results/learning.md ("The sample-efficient preset: the grid"),
-    made the default by the time-to-score grid (docs/results/time-to-score.md), and given half the batch
-    by the side-by-side measurement there ("Half the batch"): each update costs half the FLOPs, which
-    on CPU outweighs the extra env steps it needs (walker-walk to 700 in 5.05 min, median of 3 seeds,
-    against 7.04).
+    values: chosen by a one-change grid and side-by-side runs at batch 256 (docs/results/archive.md) and
+    docs/results/time-to-score.md: each update at batch 128 costs half the FLOPs, which on CPU outweighs
+    the extra env steps it needs (walker-walk to an evaluation return of 700 in 5.1 min against 7.0,
+    median of 3 seeds: `benchmarks/side_by_side.py --summarise` of
+    `benchmarks/recorded/side-by-side/walker-walk-b128.json` and `.../walker-walk.json`).
 
     Its critic support is "auto-gym": the reference's [-150, 150] on dm_control tasks (where every result
     of the preset was measured, and returns lie in [0, 100]), the task's own on `gym:` tasks, whose returns

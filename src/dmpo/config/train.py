@@ -30,14 +30,15 @@ class TrainConfig:
     action_repeat: int | None = None
     """Environment steps per agent action (default: 1 for states, 2 for pixels)."""
     eval_every: int = 10_000
-    """Environment steps between evaluations (one per crossed boundary, plus one at the end; single
-    process: at the next episode end, distributed: at the driver's next poll); 0 disables evaluation."""
+    """Environment steps between evaluations (one per crossed boundary, plus one at the end), checked
+    where an episode ends: in one process at the next episode end, distributed by each actor at the
+    end of each of its episodes; 0 disables evaluation."""
     eval_episodes: int = 5
     """Episodes per evaluation, acting with the target policy's mean (>= 1 unless eval_every is 0)."""
     checkpoint_every: int = 10_000
-    """Environment steps between checkpoints (one per crossed boundary; single process: at the next
-    episode end, distributed: at the driver's next poll); 0 only saves at the end. No checkpoint
-    at all when `agent.checkpoint` is False."""
+    """Environment steps between checkpoints (one per crossed boundary), checked where an episode
+    ends: in one process at the next episode end, distributed by each actor at the end of each of its
+    episodes; 0 only saves at the end. No checkpoint at all when `agent.checkpoint` is False."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (oldest deleted first)."""
     video_every: int = 0
@@ -57,7 +58,7 @@ class TrainConfig:
     (`dmpo.lifecycle.callbacks`)."""
     track: Literal["wandb", "mlflow"] | None = None
     """Also send the logged rows, the config and evaluation videos to an experiment tracker (extras
-    `dmpo[wandb]` / `dmpo[mlflow]`; `dmpo.reporting.trackers`)."""
+    `dmpo-jax[wandb]` / `dmpo-jax[mlflow]`; `dmpo.reporting.trackers`)."""
     track_project: str = "dmpo"
     """The W&B project or the MLflow experiment name."""
     num_envs: int = 1

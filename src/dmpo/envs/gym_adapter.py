@@ -29,6 +29,7 @@ from gymnasium import spaces
 
 from dmpo.envs.errors import EnvError
 from dmpo.types import NestedArray, NestedSpec
+from dmpo.utils.install import install_hint
 
 
 def check_action_space(space: gymnasium.Space) -> specs.BoundedArray:
@@ -131,7 +132,7 @@ class GymnasiumEnvironment(dm_env.Environment):
         try:
             frame = self._gym_env.render()
         except gymnasium.error.DependencyNotInstalled as error:
-            extra = ("; with dmpo: pip install 'dmpo[classic-control]'" if "pygame" in str(error) else "")
+            extra = (f"; with dmpo: {install_hint('classic-control')}" if "pygame" in str(error) else "")
             raise EnvError(f"cannot render {self._gym_env.spec.id}: {error}{extra}") from None
         return np.asarray(frame, dtype=np.uint8)
 

@@ -6,7 +6,8 @@ get (`<label>/<key>`, each label on its own x axis: `actor_steps` for `environme
 made (`Tracker.log_video`). The tracker's run id is kept in run.json (`tracker`), so a resumed run
 continues the same W&B or MLflow run (`wandb.init(id=..., resume="allow")`, `mlflow.start_run(run_id=...)`).
 
-The packages are extras (`pip install 'dmpo[wandb]'`, `pip install 'dmpo[mlflow]'`, the latter the
+The packages are extras (`pip install 'dmpo-jax[wandb]'`, `pip install 'dmpo-jax[mlflow]'`; from a
+checkout `pip install -e '.[wandb]'`; the latter the
 `mlflow-skinny` client: it logs to a tracking server or to a file store, `MLFLOW_TRACKING_URI`).
 Credentials stay where the libraries read them (WANDB_API_KEY, ~/.netrc, MLflow's variables); dmpo
 never writes them anywhere, and `without_secrets()` keeps them out of the Ray processes' environment.
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from dmpo.config import ConfigError
+from dmpo.utils.install import install_hint
 
 _STEP_KEYS = {"environment_loop": "actor_steps", "evaluator": "actor_steps", "learner": "learner_steps"}
 SECRET_VARIABLES = ("WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD",
@@ -47,7 +49,7 @@ def check_installed(kind: str | None) -> None:
         __import__(module)
     except ImportError as error:
         raise ConfigError(f"--track {kind} needs the {module} package, which is not installed; install it "
-                          f"with: pip install 'dmpo[{kind}]'") from error
+                          f"with: {install_hint(kind)}") from error
 
 
 def _number(value: Any) -> float | None:

@@ -199,6 +199,9 @@ class Run:
                 return {"env_steps": self.plan.reached, "run_dir": str(self.plan.run_dir), "last_eval": None,
                         "stop_reason": None, "nothing_to_do": True}
             assert self.folder is not None and self.status is not None
+            if not self.quiet:  # where to look, and how to continue, before the first step
+                print(f"run directory {self.path} (continue it with: dmpo train --resume {self.path})",
+                      flush=True)
             abandoned = functools.partial(self._end, "interrupted", "exited at once on a third Ctrl-C")
             with interrupt_on_signals(), starting_up(), when_abandoned(abandoned):
                 started = time.monotonic()

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dmpo.utils.install import install_hint
+
 __all__ = ["MIN_SEEDS", "Aggregate", "Estimate", "aggregate", "normalise", "normalised_task", "per_task",
            "plot_performance_profile", "score_matrix"]
 
@@ -67,8 +69,8 @@ def _rliable():
     try:
         from rliable import library, metrics
     except ImportError as error:
-        raise ImportError("IQM and bootstrap intervals need rliable: pip install 'dmpo[sweep]' "
-                          "(or 'dmpo[bench]')") from error
+        raise ImportError(f"IQM and bootstrap intervals need rliable: {install_hint('sweep')}; "
+                          "or the bench extra") from error
     return library, metrics
 
 

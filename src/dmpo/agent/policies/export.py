@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dmpo.agent.policies.snapshot import LoadedPolicy, SnapshotError, load_policy
+from dmpo.utils.install import install_hint
 
 __all__ = ["ExportError", "FORMATS", "export_policy", "input_spec", "metadata", "policy_function",
            "resolve_snapshot"]
@@ -167,8 +168,8 @@ def export_policy(target: str | os.PathLike[str], output: str | os.PathLike[str]
             import jax2onnx  # noqa: F401 - checked before the snapshot is loaded
             import onnx  # noqa: F401
         except ImportError as error:
-            raise ExportError("--format onnx needs the export extra: pip install 'dmpo[export]' "
-                              f"({error.name} is missing)") from error
+            raise ExportError(f"--format onnx needs the export extra: {install_hint('export')}; "
+                              f"{error.name} is missing") from error
         if opset is not None:
             _check_opset(opset)
     elif opset is not None:
