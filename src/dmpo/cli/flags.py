@@ -8,6 +8,7 @@ tree tyro builds the flags from (`--agent.learner.discount`: `TrainConfig.agent.
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 
@@ -67,3 +68,46 @@ def unknown_flag_message(args: list[str], known: frozenset[str], command: str) -
         hint = f"; did you mean {' or '.join(near)}?" if near else ""
         return f"unrecognized option {typed} for dmpo {command}{hint} (dmpo {command} --help lists them all)"
     return None
+
+
+def one_line_paragraphs(text: str) -> str:
+    """A help text's paragraphs, each on one line (a blank line between paragraphs)."""
+    return "\n\n".join(" ".join(part.split()) for part in re.split(r"\n\s*\n", text.strip()) if part.strip())
+
+
+def reflow_help() -> None:
+    """Help texts from docstrings read as sentences: tyro (1.0.x) joins a docstring's lines before it
+    dedents them and keeps a line break before every indented line, so a field docstring's line breaks
+    showed in `--help` in mid-sentence. Every help text goes through `one_line_paragraphs` instead; the
+    terminal then wraps it. Checked by tests/test_cli.py (each option's help on one line)."""
+    from tyro import _strings
+
+    if getattr(_strings.remove_single_line_breaks, "__dmpo_reflow__", False):
+        return
+    one_line_paragraphs.__dmpo_reflow__ = True  # type: ignore[attr-defined]
+    _strings.remove_single_line_breaks = one_line_paragraphs
+
+
+def one_line_args(doc: str) -> str:
+    """A Google-style docstring whose `Args:` entries are each on one line: tyro shows a parameter's
+    description with its docstring's line breaks (docstring_parser keeps them)."""
+    lines, out, in_args, indent = doc.split("\n"), [], False, None
+    for line in lines:
+        stripped = line.strip()
+        if stripped == "Args:":
+            in_args, indent = True, None
+            out.append(line)
+            continue
+        if in_args and stripped:
+            current = len(line) - len(line.lstrip())
+            if indent is None:
+                indent = current
+            if current > indent and out:  # a continuation of the entry above
+                out[-1] = out[-1].rstrip() + " " + stripped
+                continue
+            if current < indent:
+                in_args = False
+        elif in_args and not stripped:
+            in_args = False
+        out.append(line)
+    return "\n".join(out)

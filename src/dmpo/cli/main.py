@@ -25,7 +25,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dmpo.cli.flags import fail, flag_message, known_flags, unknown_flag_message
+from dmpo.cli.flags import fail, flag_message, known_flags, reflow_help, unknown_flag_message
 from dmpo.cli.train_command import RESUMABLE_FIELDS, preset_argument, resume_argument, saved_run_config, train
 from dmpo.config import AGENT_PRESETS, ConfigError, ParsedConfigError, TrainConfig, parsing_flags
 
@@ -272,6 +272,7 @@ def _one_line_warnings():
 
 
 def main(argv: list[str] | None = None) -> None:
+    reflow_help()
     with _one_line_warnings():
         _run_command(argv)
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from dmpo.cli.flags import fail
+from dmpo.cli.flags import fail, one_line_args
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.lifecycle.resume import RESUMABLE_FIELDS
 from dmpo.utils.install import install_hint
@@ -116,9 +116,10 @@ def train(
         print(f"stopped early: {summary['stop_reason']}")
 
 
-# The --resume help names the fields `_apply_resume_flags` lets change, from the one list of them.
-train.__doc__ = train.__doc__.replace(
-    "RESUMABLE_FLAGS", ", ".join("--" + name.replace("_", "-") for name in RESUMABLE_FIELDS))
+# The --resume help names the fields the resume rules let change, from the one list of them; each
+# option's help is one line, which the terminal wraps (`one_line_args`).
+train.__doc__ = one_line_args(train.__doc__.replace(
+    "RESUMABLE_FLAGS", ", ".join("--" + name.replace("_", "-") for name in RESUMABLE_FIELDS)))
 
 
 def _check_before_training(config: TrainConfig) -> None:
