@@ -71,9 +71,9 @@ def test_video_every_on_a_task_that_cannot_render_fails_at_start(capsys, tmp_pat
 
 
 def test_a_budget_that_ends_before_learning_is_warned_at_start(monkeypatch, capsys, tmp_path):
-    import dmpo.run.local
+    import dmpo.cli.train_command
 
-    monkeypatch.setattr(dmpo.run.local, "train",
+    monkeypatch.setattr(dmpo.cli.train_command, "_train",  # the run itself is not what is tested
                         lambda config, run_dir, **_: {"env_steps": 0, "run_dir": str(run_dir)})
     main(["train", "--agent.batch-size", "100000", "--steps", "100000", "--run-dir", str(tmp_path / "r")])
     assert ("dmpo: warning: --steps 100,000 ends before the agent's first update, which waits for 100,000 "
@@ -365,16 +365,16 @@ def test_preset_is_the_config_the_flags_apply_to(monkeypatch, capsys, tmp_path):
     import typing
 
     import dmpo.cli.main
-    import dmpo.run.local
+    import dmpo.cli.train_command
     from dmpo.config import AGENT_PRESETS, DMPOConfig, control_suite_preset, sample_efficient_preset
 
     trained = []
 
-    def record(config, run_dir, *, resume, progress):
+    def record(config, run_dir, *, resume, progress, cluster):
         trained.append(config)
         return {"env_steps": 0, "run_dir": str(run_dir)}
 
-    monkeypatch.setattr(dmpo.run.local, "train", record)
+    monkeypatch.setattr(dmpo.cli.train_command, "_train", record)
     run = ["--run-dir", str(tmp_path / "run")]
     main(["train", *run])
     main(["train", "--preset", "control", *run])

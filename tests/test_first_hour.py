@@ -68,10 +68,11 @@ def test_a_mistyped_flag_fails_in_one_line_with_the_closest_flag_first(argv, fir
 
 
 def test_known_flags_in_every_spelling_pass_the_check(monkeypatch, capsys, tmp_path):
-    import dmpo.run.local
+    import dmpo.cli.train_command
 
     trained = []
-    monkeypatch.setattr(dmpo.run.local, "train", lambda config, run_dir, **_: trained.append(config) or
+    monkeypatch.setattr(dmpo.cli.train_command, "_train",
+                        lambda config, run_dir, **_: trained.append(config) or
                         {"env_steps": 0, "run_dir": str(run_dir)})
     main(["train", "--agent.batch_size=32", "--no-progress", "--steps", "5000",
           "--run-dir", str(tmp_path / "r")])

@@ -71,13 +71,13 @@ class DistributedProgram(ProgramViews):
     def __init__(self, run: Any, *, options: ProgramOptions | None = None,
                  network_factory: NetworkFactory | None = None, use_gpu: bool | None = None) -> None:
         config = run.config
+        self.options = options or run.cluster.options or ProgramOptions()
+        check_program(config, self.options)  # before anything of the run is touched
         self.run = run
         self.config = config
         self.env_factory = run.env_factory
         self.run_dir = Path(run.path)
         self.seed = config.seed
-        self.options = options or run.cluster.options or ProgramOptions()
-        check_program(config, self.options)
         self.resume = run.resume
         self._use_gpu = use_gpu
         self.learner: Any = None
