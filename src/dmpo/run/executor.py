@@ -19,11 +19,8 @@ __all__ = ["ClusterSettings", "Executor"]
 
 class Executor(Protocol):
     """The calls the `Run` makes, in this order: `start`, `train`, then `evaluate` (the final
-    evaluation, unless `evaluates_while_stopping`) and `finish`, or `interrupted` on a signal;
-    `close` always; `summary` after a run that ended."""
-
-    evaluates_while_stopping: bool
-    """True when `finish` runs the final evaluation itself (Ray: while the nodes stop)."""
+    evaluation, when the final events hold one) and `finish`, or `interrupted` on a signal; `close`
+    always; `summary` after a run that ended."""
 
     def start(self) -> None:
         """Builds the agent or the nodes and restores the checkpoint to continue from."""
@@ -39,8 +36,8 @@ class Executor(Protocol):
         """One evaluation of the current policy, labelled with the current env steps (`film`: filmed)."""
 
     def finish(self, final: Due) -> tuple[str, str | None]:
-        """The final events (the final evaluation when `evaluates_while_stopping`, the snapshot, the
-        final checkpoint when `final.checkpoint`); returns the run's status and reason."""
+        """The rest of the final events (the snapshot, the final checkpoint when `final.checkpoint`);
+        returns the run's status and reason."""
 
     def interrupted(self) -> None:
         """What a signal's stop writes: the snapshot and a checkpoint of this moment."""

@@ -56,8 +56,6 @@ __all__ = ["LocalExecutor"]
 class LocalExecutor:
     """Trains a `Run` in this process (module docstring); the `Run` calls it (`dmpo.run.executor`)."""
 
-    evaluates_while_stopping = False
-
     def __init__(self, run: Any, *, networks: Any = None) -> None:
         self.run = run
         self.config = run.config

@@ -243,7 +243,7 @@ class Run:
             self.callbacks.on_train_start()
             executor.train()
             final = self.schedule.final_events(executor.env_steps(), stopped_early=self.stop_requested)
-            if final.evaluation is not None and not executor.evaluates_while_stopping:
+            if final.evaluation is not None:  # Ray: the round is asked for now and runs while the nodes stop
                 executor.evaluate(film=final.video is not None)
             with critical():  # a signal now waits for the final files, then stops the run
                 status, reason = executor.finish(final)

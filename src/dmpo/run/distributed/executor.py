@@ -28,8 +28,6 @@ __all__ = ["RayExecutor"]
 class RayExecutor:
     """Trains a `Run` on Ray (module docstring)."""
 
-    evaluates_while_stopping = False
-
     def __init__(self, run: Any, *, network_factory: Any = None) -> None:
         self.run = run
         self._network_factory = network_factory
