@@ -9,9 +9,9 @@ the boundary. Boundaries crossed together (a long episode, several actors) give 
 boundary is never replayed later: a crossed boundary whose check was missed is not made up at the
 end of the run.
 
-Videos (`video_every`): a video boundary films the run's next evaluation, the very episodes it
-scores (`Due.video` is set on the check, or the final events, whose evaluation is filmed). Both modes
-film the same evaluations, at the same environment steps.
+Videos (`video_every`): a video boundary films the run's next evaluation, the first of the very
+episodes it scores (`Due.video` is set on the check, or the final events, whose evaluation is filmed).
+Both modes film the same evaluations, at the same environment steps.
 
 At the end of a run (`final_events`): one final evaluation unless the last one already evaluated
 these very steps, and one final checkpoint unless the last one already holds them. A periodic
