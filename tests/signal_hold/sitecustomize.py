@@ -12,6 +12,8 @@ other moment of the main thread.
   gymnasium env step holds before stepping (`<dir>/paused`): a signal mid-episode, never at a step
   that is already checkpointed. With 200-step Pendulum episodes and `--checkpoint-every 200`, every
   episode end is a checkpoint; a signal sent "after the first checkpoint appeared" may land there.
+- DMPO_TEST_HOLD_IMPORT=MODULE: the first import of MODULE holds before it is looked for
+  (`<dir>/importing`): a signal while the command imports its modules, at its first moments.
 """
 
 import os
@@ -27,6 +29,7 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
     _HOLD_STEP = int(os.environ["DMPO_TEST_HOLD_STEP"]) if "DMPO_TEST_HOLD_STEP" in os.environ else None
     _PAUSE_AFTER = (int(os.environ["DMPO_TEST_PAUSE_AFTER_CHECKPOINT"])
                     if "DMPO_TEST_PAUSE_AFTER_CHECKPOINT" in os.environ else None)
+    _HOLD_IMPORT = os.environ.get("DMPO_TEST_HOLD_IMPORT")
     _steps_after_checkpoint = [None]  # None until the first checkpoint of this process is written
 
     def _hold(marker: str) -> None:
@@ -66,6 +69,8 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
 
     class _PatchOnImport(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
+            if name == _HOLD_IMPORT and not (_HOLD_DIR / "importing").exists():
+                _hold("importing")
             if name not in _PATCHES:
                 return None
             sys.meta_path.remove(self)
