@@ -34,6 +34,7 @@ from typing import Any
 
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.lifecycle.callbacks import Callback, CallbackList, RunEvents, default_callbacks
+from dmpo.lifecycle.checkpoints import newest_steps
 from dmpo.lifecycle.directory import RunDirectory, check_run_path, new_run_path
 from dmpo.lifecycle.interrupts import (
     annotate,
@@ -255,7 +256,7 @@ class Run:
                 executor.close()
                 raise error from interrupt
             self._end("interrupted")
-            annotate(interrupt, executor.env_steps(), self.path)
+            annotate(interrupt, self._resumable_steps(executor.env_steps()), self.path)
             executor.close()
             raise
         except BaseException as error:
@@ -273,6 +274,13 @@ class Run:
         if status == "finished":
             self.callbacks.on_train_end(summary)
         return summary
+
+    def _resumable_steps(self, env_steps: int) -> int:
+        """The env steps a resume continues from: those of the newest checkpoint, which the stop has
+        just written (or, when its write was abandoned, the previous one); `env_steps` without any.
+        Distributed, the shared count read after the stop may differ from what the learner saved."""
+        saved = newest_steps(self.folder.checkpoints_dir) if self.folder is not None else None
+        return env_steps if saved is None else saved
 
     @property
     def schedule_start(self) -> int:
