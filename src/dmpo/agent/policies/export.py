@@ -128,6 +128,7 @@ def metadata(policy: LoadedPolicy) -> dict[str, str]:
         "observation_input": json.dumps(observation_input(policy.environment_spec, policy.network_config)),
         "env": str(policy.metadata.get("env", "")),
         "pixels": json.dumps(bool(policy.metadata.get("pixels", False))),
+        "render": json.dumps(task.render),
     }
 
 
