@@ -270,9 +270,9 @@ class Run:
                 ended = executor.finish(final)
             status, reason = ended
         except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP
-            if ended is not None:  # it came during the final events, which are written: the run ended
+            if ended is not None and ended[0] == "finished":  # it came during the final events, written
                 self._end(*ended)
-                annotate(interrupt, self._resumable_steps(executor.env_steps()), self.path, ended=ended[0])
+                annotate(interrupt, self._resumable_steps(executor.env_steps()), self.path, ended="finished")
                 executor.close()
                 raise
             try:
