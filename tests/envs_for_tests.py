@@ -153,3 +153,7 @@ def make_known_rewards(seed):
 
 
 gymnasium.register("PointMassTest-v0", entry_point=PointMass, max_episode_steps=20)
+
+
+def make_raising(seed):
+    raise RuntimeError("the simulator's licence server did not answer\n(a second line of the error)")

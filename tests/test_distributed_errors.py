@@ -75,7 +75,7 @@ def test_an_environment_failing_the_same_way_twice_ends_the_run_as_in_one_proces
            "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl", "PYTHONUNBUFFERED": "1"}
     local = train(["--run-dir", str(tmp_path / "local")], env)
     [expected] = error_lines(local)
-    assert local.returncode == 2 and "episode 0, step 50: the reward is not finite: nan" in expected, expected
+    assert local.returncode == 2 and "episode 1, step 50: the reward is not finite: nan" in expected, expected
 
     # Ray's socket paths must fit in 107 bytes: pytest's tmp_path is too deep for them.
     temp = tempfile.mkdtemp(prefix="de", dir="/tmp")

@@ -111,3 +111,51 @@ def test_dm_control_imported_without_a_headless_backend_gives_a_clear_error():
                             timeout=120)
     assert "EnvError:" in result.stdout, result.stderr
     assert "MUJOCO_GL=egl" in result.stdout and "'glfw'" in result.stdout
+
+
+def test_the_render_settings_a_runtime_needs_are_recorded_in_the_snapshot_and_the_export(tmp_path):
+    """What the pixel wrapper really does (read off the physics model and the camera's scene), the
+    size, camera, frame stack and action repeat asked for: the same in the task record of the
+    environment, of a snapshot written from it, and in the export metadata."""
+    import json
+
+    import jax
+
+    import dmpo
+    from dmpo.agent.networks import PolicyParams, init_params, make_networks, pixel_network_config
+    from dmpo.agent.policies.export import metadata
+    from dmpo.agent.policies.snapshot import save_policy
+    from dmpo.envs import make_environment_spec
+    from dmpo.envs.interface import task_interface
+
+    env = make("dmc:cartpole-swingup", pixels=True, seed=0, image_size=SIZE, camera_id=1, frame_stack=2,
+               action_repeat=3)
+    observation = env.reset().observation
+    recorded = task_interface(env).render
+    wrapper = env
+    while not isinstance(wrapper, PixelObservationWrapper):
+        wrapper = wrapper.environment
+    vis = wrapper.physics.model.vis
+    assert recorded["offscreen_size"] == [vis.global_.offwidth, vis.global_.offheight] == [SIZE, SIZE]
+    assert recorded["offscreen_samples"] == vis.quality.offsamples == 0
+    flags = wrapper.camera.scene.flags  # against a scene as MuJoCo makes it: which flags were turned off
+    default = mujoco.MjvScene(wrapper.physics.model.ptr, maxgeom=10).flags
+    off = sorted(name for name, flag in mujoco.mjtRndFlag.__members__.items()
+                 if int(flag) < len(flags) and default[int(flag)] and not flags[int(flag)])
+    assert sorted(recorded["disabled_scene_flags"]) == off
+    assert off == ["mjRND_REFLECTION", "mjRND_SHADOW", "mjRND_SKYBOX"]
+    assert recorded["camera_id"] == wrapper.camera._render_camera.fixedcamid == 1
+    assert recorded["image_size"] == observation.shape[0] == observation.shape[1] == SIZE
+    assert recorded["frame_stack"] == observation.shape[2] // 3 == 2
+    assert recorded["action_repeat"] == 3 and "once per agent step" in recorded["when"]
+
+    config = pixel_network_config("impala", policy_layer_sizes=(8,), critic_layer_sizes=(8,), num_atoms=5)
+    spec = make_environment_spec(env)
+    params = init_params(make_networks(spec, config), spec, jax.random.PRNGKey(0))
+    snapshot = save_policy(tmp_path / "policy.msgpack", spec, config,
+                           PolicyParams(params.observation, params.policy),
+                           {"env": "dmc:cartpole-swingup", "pixels": True})
+    policy = dmpo.load_policy(snapshot)
+    assert policy.task.render == recorded
+    assert json.loads(metadata(policy)["render"]) == recorded
+    env.close()

@@ -132,3 +132,39 @@ def test_export_of_a_trained_run_reproduces_its_policy(tmp_path):
     # The trainer records a Python factory by its qualified name (`dmpo.envs.entry_points`).
     assert metadata["env"] == dmpo.load_policy(tmp_path / "run").metadata["env"]
     assert metadata["env"].startswith("python:") and json.loads(metadata["action_minimum"]) == [-1.0, -1.0]
+
+
+def test_a_non_finite_observation_is_an_error_in_python_and_a_finite_flagged_action_in_onnx(tmp_path):
+    """A robot runtime must never receive a NaN action: `load_policy` and `predict` raise, naming the
+    entries; the ONNX graph replaces them by 0 (its action is the policy's at that observation) and
+    says which rows it changed in `observation_finite`; StableHLO acts the same way, without the flag."""
+    spec, config = CASES["states"]
+    snapshot = make_snapshot(tmp_path / "run" / "snapshots" / "policy.msgpack", spec, config)
+    policy = dmpo.load_policy(snapshot)
+    good = observations("states", np.random.default_rng(2), count=3)
+    bad = [dict(o) for o in good]
+    bad[1]["velocity"] = np.array([0.5, np.nan, 1.0], np.float32)
+    bad[2]["position"] = np.array([[np.inf, 0.0], [0.0, -np.inf]], np.float32)
+    with pytest.raises(ValueError, match=r"observation\['velocity'\]\[1\] = nan; the policy"):
+        policy(bad[1])
+    named = (r"2 non-finite entries \(NaN or inf\): observation\['position'\]\[0, 0\] = inf \(batch row 2\), "
+             r"observation\['position'\]\[1, 1\] = -inf \(batch row 2\)")
+    with pytest.raises(ValueError, match=named):
+        policy.predict({k: np.stack([o[k] for o in good[:2] + bad[2:]]) for k in spec})
+
+    batch = np.stack([flatten_observation(o) for o in bad])
+    # The graph's stand-in: each non-finite entry replaced by 0, through load_policy.
+    zeroed = [{k: np.where(np.isfinite(v), v, 0).astype(np.float32) for k, v in o.items()} for o in bad]
+    expected = np.stack([policy(o) for o in zeroed])
+    onnx_file = tmp_path / "policy.onnx"
+    main(["export", str(tmp_path / "run"), "--format", "onnx", "-o", str(onnx_file)])
+    session = onnxruntime.InferenceSession(str(onnx_file))
+    actions, finite = session.run(["action", "observation_finite"], {"observation": batch})
+    assert np.isfinite(actions).all() and finite.tolist() == [True, False, False]
+    np.testing.assert_allclose(actions, expected, rtol=0, atol=1e-5)
+    low, high = policy.action_minimum, policy.action_maximum
+    assert (actions >= low).all() and (actions <= high).all()
+    assert "never NaN" in session.get_modelmeta().custom_metadata_map["dmpo_format"]
+    hlo_file = export_policy(snapshot, tmp_path / "policy.stablehlo", "stablehlo")
+    exported = jax.export.deserialize(bytearray(hlo_file.read_bytes()))
+    np.testing.assert_allclose(np.asarray(exported.call(batch)), expected, rtol=0, atol=1e-5)

@@ -83,8 +83,8 @@ def test_unusable_spaces_are_one_line_errors_naming_them(factory, expected):
 
 
 def test_nan_reward_and_wrong_shape_name_the_step():
-    for factory, expected in (("make_nan_reward", "episode 0, step 3: the reward is not finite"),
-                              ("make_wrong_shape", "episode 0, step 1: observation has shape (3,), "
+    for factory, expected in (("make_nan_reward", "episode 1, step 3: the reward is not finite"),
+                              ("make_wrong_shape", "episode 1, step 1: observation has shape (3,), "
                                                    "its spec says (2,)")):
         environment = make(f"{ENVS}:{factory}", seed=0)
         environment.reset()

@@ -12,6 +12,10 @@ other moment of the main thread.
   gymnasium env step holds before stepping (`<dir>/paused`): a signal mid-episode, never at a step
   that is already checkpointed. With 200-step Pendulum episodes and `--checkpoint-every 200`, every
   episode end is a checkpoint; a signal sent "after the first checkpoint appeared" may land there.
+- DMPO_TEST_HOLD_EVALUATION_STEP=N: the first evaluation of the one-process executor at env step >= N
+  holds before it runs (`<dir>/evaluating`): a signal during the evaluation at a run's budget.
+- DMPO_TEST_HOLD_IMPORT=MODULE: the first import of MODULE holds before it is looked for
+  (`<dir>/importing`): a signal while the command imports its modules, at its first moments.
 """
 
 import os
@@ -27,6 +31,9 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
     _HOLD_STEP = int(os.environ["DMPO_TEST_HOLD_STEP"]) if "DMPO_TEST_HOLD_STEP" in os.environ else None
     _PAUSE_AFTER = (int(os.environ["DMPO_TEST_PAUSE_AFTER_CHECKPOINT"])
                     if "DMPO_TEST_PAUSE_AFTER_CHECKPOINT" in os.environ else None)
+    _HOLD_IMPORT = os.environ.get("DMPO_TEST_HOLD_IMPORT")
+    _HOLD_EVALUATION = (int(os.environ["DMPO_TEST_HOLD_EVALUATION_STEP"])
+                        if "DMPO_TEST_HOLD_EVALUATION_STEP" in os.environ else None)
     _steps_after_checkpoint = [None]  # None until the first checkpoint of this process is written
 
     def _hold(marker: str) -> None:
@@ -60,12 +67,26 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
 
         module.GymnasiumEnvironment.step = step
 
+    def _patch_evaluations(module):
+        original = module.LocalExecutor.evaluate
+
+        def evaluate(self, *args, **kwargs):
+            if self.env_steps() >= _HOLD_EVALUATION and not (_HOLD_DIR / "evaluating").exists():
+                _hold("evaluating")
+            return original(self, *args, **kwargs)
+
+        module.LocalExecutor.evaluate = evaluate
+
     _PATCHES = {"dmpo.lifecycle.checkpoints": _patch_checkpoints}
+    if _HOLD_EVALUATION is not None:
+        _PATCHES["dmpo.run.local"] = _patch_evaluations
     if _PAUSE_AFTER is not None:
         _PATCHES["dmpo.envs.gym_adapter"] = _patch_gym_steps
 
     class _PatchOnImport(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
+            if name == _HOLD_IMPORT and not (_HOLD_DIR / "importing").exists():
+                _hold("importing")
             if name not in _PATCHES:
                 return None
             sys.meta_path.remove(self)

@@ -208,7 +208,7 @@ def check_env(
 
     try:
         report = check_environment(TaskFactory(env, pixels=pixels, action_repeat=action_repeat), steps=steps,
-                                   seed=seed, observation_network=observation_network)
+                                   seed=seed, observation_network=observation_network, name=env)
     except EnvError as error:
         fail(str(error) if str(error).startswith(env) else f"{env}: {error}")
     print(f"{env}: DMPO can learn it\n{report}")

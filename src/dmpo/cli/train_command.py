@@ -182,6 +182,10 @@ def _say_plan(plan: Any) -> None:
         print(f"{plan.run_dir} already reached {plan.reached} env steps (steps {plan.config.steps}); nothing "
               f"to do. Pass --steps with a larger number to extend it.")
         raise SystemExit(0)
+    if plan.only_final_events:
+        print(f"resume: {plan.run_dir} reached {plan.reached} env steps (steps {plan.config.steps}) but "
+              f"ended {plan.status}: writing its final events that are missing, without training",
+              file=sys.stderr)
     for warning in plan.warnings:
         print(f"dmpo: warning: {warning}", file=sys.stderr)
     warnings.filterwarnings("ignore", message="skipping unusable checkpoint")  # said once, above

@@ -22,13 +22,18 @@ class TrainConfig:
     """Task name: dmc:<domain>-<task> (dm_control suite), gym:<Id> or gym:<module>:<Id> (gymnasium),
     or an entry point module.path:callable (callable(seed) -> gymnasium.Env or dm_env.Environment)."""
     steps: int = 100_000
-    """Environment steps to train for (the last episode is always finished)."""
+    """Environment steps to train for, as the agent counts them: one per action it takes (the last
+    episode is always finished). With action_repeat R the task runs R steps of its own per action:
+    `--steps 4000 --action-repeat 2` is 8,000 task steps. Every env-step count of a run (the periods,
+    the logs, the checkpoint names) counts these agent steps."""
     seed: int = 0
     """Seeds networks, acting, replay sampling and the environments."""
     pixels: bool = False
     """Learn from 84x84 camera frames instead of states (dm_control tasks)."""
     action_repeat: int | None = None
-    """Environment steps per agent action (default: 1 for states, 2 for pixels)."""
+    """Task steps per agent action: each action is sent to the task this many times (default: 1 for
+    states, 2 for pixels); `steps` and the periods count agent steps, so the task runs steps × action_repeat
+    steps of its own."""
     eval_every: int = 10_000
     """Environment steps between evaluations (one per crossed boundary, plus one at the end), checked
     where an episode ends: in one process at the next episode end, distributed by each actor at the

@@ -7,7 +7,13 @@
   surfaces later as a NaN action. The cost is one `np.isfinite` per leaf per step (numpy, env side).
 * `check_agent_can_feed(spec, networks)`: the observation torso can take these observations (image
   observations need a pixel torso).
+* `build_environment(factory, seed, name)`: `factory(seed)`, a factory's own error as one line.
 * `check_environment(factory, steps)`: what `dmpo check-env` runs and prints.
+
+Episodes are numbered from 1. A `CheckedEnvironment` counts its own episodes; the one-process trainer,
+which makes a new training environment at every checkpoint, tells it the run's number of its next
+episode (`number_episodes_from`), so that an error names the run's episode, the one the
+`environment_loop` log counts.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class CheckedEnvironment(EnvironmentWrapper):
         self._spec = environment.observation_spec()
         _check_observation_spec(self._spec)
         self._episode, self._step = -1, 0
+        self.first_episode = 1  # the number its first episode is called by
 
     def _check(self, timestep: dm_env.TimeStep, where: str) -> dm_env.TimeStep:
         try:
@@ -70,15 +77,43 @@ class CheckedEnvironment(EnvironmentWrapper):
 
     def reset(self) -> dm_env.TimeStep:
         self._episode, self._step = self._episode + 1, 0
-        return self._check(self._environment.reset(), f"reset of episode {self._episode}")
+        return self._check(self._environment.reset(), f"reset of episode {self._number}")
 
     def step(self, action) -> dm_env.TimeStep:
         timestep = self._environment.step(action)
         if timestep.first():
             self._episode, self._step = self._episode + 1, 0
-            return self._check(timestep, f"reset of episode {self._episode}")
+            return self._check(timestep, f"reset of episode {self._number}")
         self._step += 1
-        return self._check(timestep, f"episode {self._episode}, step {self._step}")
+        return self._check(timestep, f"episode {self._number}, step {self._step}")
+
+    @property
+    def _number(self) -> int:
+        return self.first_episode + self._episode
+
+
+def number_episodes_from(environment: Any, first: int) -> None:
+    """Has the checks of a pipeline environment call its next episode `first` (a no-op for an
+    environment without them)."""
+    from dmpo.envs.wrappers import EnvironmentWrapper
+
+    while isinstance(environment, EnvironmentWrapper):
+        if isinstance(environment, CheckedEnvironment):
+            environment.first_episode = first - max(environment._episode, -1) - 1
+            return
+        environment = environment.environment
+
+
+def build_environment(factory: Any, seed: int, name: str) -> Any:
+    """`factory(seed)`; an error the factory raises becomes an EnvError of one line naming the task and
+    the error's type and first line (dmpo's own EnvError passes as it is)."""
+    try:
+        return factory(seed)
+    except EnvError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the user's factory: one line naming what it raised
+        lines = str(error).strip().splitlines() or [""]
+        raise EnvError(f"{name}: the environment factory raised {type(error).__name__}: {lines[0]}") from None
 
 
 def is_image(spec: specs.Array) -> bool:
@@ -111,11 +146,32 @@ def describe_spec(spec: Any) -> str:
     return "\n".join(lines)
 
 
+def _task_action_lines(task: Any) -> list[str]:
+    """The task's own action bounds and action repeat (what a policy's actions are mapped onto)."""
+    if task is None:  # no canonical action wrapper: the agent acts in the task's own bounds
+        return []
+    low, high = np.unique(task.action_minimum), np.unique(task.action_maximum)
+    bounds = (f"[{low[0]}, {high[0]}]" if low.size == 1 and high.size == 1
+              else f"[{list(task.action_minimum)}, {list(task.action_maximum)}]")
+    return ["actions (the task's own: an action a in [-1, 1] is sent as low + (a + 1)(high - low) / 2):",
+            f"  {task.action_dtype} [{len(task.action_minimum)}] in {bounds}",
+            f"action repeat: {task.action_repeat} task step(s) per agent step"]
+
+
+def _task_steps(steps: int, task: Any) -> str:
+    repeat = task.action_repeat if task is not None else 1
+    return f" ({steps * repeat} task steps)" if repeat > 1 else ""
+
+
 def check_environment(factory: Any, *, steps: int = 100, seed: int = 0,
-                      observation_network: str = "flatten") -> str:
+                      observation_network: str = "flatten", name: str = "environment") -> str:
     """Builds `factory(seed)`, takes `steps` uniformly random actions through the whole pipeline and
-    returns a report of the specs the agent will see; raises EnvError on the first problem."""
-    environment = factory(seed)
+    returns a report of the specs the agent will see and of the task's own action bounds; raises
+    EnvError on the first problem (`name`: the task, for the message of a factory that raises)."""
+    from dmpo.envs.interface import task_interface
+
+    environment = build_environment(factory, seed, name)
+    task = task_interface(environment)
     try:
         obs_spec, action_spec = environment.observation_spec(), environment.action_spec()
         check_agent_can_feed(obs_spec, observation_network)
@@ -135,9 +191,10 @@ def check_environment(factory: Any, *, steps: int = 100, seed: int = 0,
         return "\n".join([
             "observations:", describe_spec(obs_spec),
             "actions (canonical, the agent's):", describe_spec(action_spec),
+            *_task_action_lines(task),
             f"reward: {describe_spec(environment.reward_spec()).strip().partition(': ')[2]}",
             f"discount: {describe_spec(environment.discount_spec()).strip().partition(': ')[2]}",
-            f"{steps} random steps: {episodes} episode(s) ended; {reward_line}",
+            f"{steps} random steps{_task_steps(steps, task)}: {episodes} episode(s) ended; {reward_line}",
         ])
     finally:
         environment.close()

@@ -41,6 +41,8 @@ class TaskInterface:
       action_dtype: the dtype the task receives (numpy name, e.g. 'float32').
       action_repeat: task steps per agent action (1: none).
       frame_stack: frames stacked along the channel axis of a pixel observation (1: none).
+      render: a pixel task's render settings (`dmpo.envs.pixels.PixelObservationWrapper.render_settings`
+        with the frame stack, the action repeat and when frames are rendered); None for state tasks.
     """
 
     action_minimum: tuple[float, ...]
@@ -48,6 +50,7 @@ class TaskInterface:
     action_dtype: str = "float32"
     action_repeat: int = 1
     frame_stack: int = 1
+    render: dict[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     @classmethod
     def canonical(cls, action_spec: Any, *, action_repeat: int = 1, frame_stack: int = 1) -> TaskInterface:
@@ -71,15 +74,16 @@ class TaskInterface:
         return canonical_to_task(canonical_action, self.minimum, self.maximum, np.dtype(self.action_dtype))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action_minimum": list(self.action_minimum), "action_maximum": list(self.action_maximum),
-                "action_dtype": self.action_dtype, "action_repeat": self.action_repeat,
-                "frame_stack": self.frame_stack}
+        record = {"action_minimum": list(self.action_minimum), "action_maximum": list(self.action_maximum),
+                  "action_dtype": self.action_dtype, "action_repeat": self.action_repeat,
+                  "frame_stack": self.frame_stack}
+        return record if self.render is None else {**record, "render": self.render}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskInterface:
         return cls(tuple(float(x) for x in data["action_minimum"]),
                    tuple(float(x) for x in data["action_maximum"]), str(data["action_dtype"]),
-                   int(data["action_repeat"]), int(data["frame_stack"]))
+                   int(data["action_repeat"]), int(data["frame_stack"]), data.get("render"))
 
 
 def task_interface(environment: Any) -> TaskInterface | None:
@@ -92,7 +96,9 @@ def task_interface(environment: Any) -> TaskInterface | None:
     pixels = sys.modules.get("dmpo.envs.pixels")
     frame_stack_type = pixels.FrameStackWrapper if pixels is not None else ()
 
-    bounds, repeat, frames = None, 1, 1
+    pixel_type = pixels.PixelObservationWrapper if pixels is not None else ()
+
+    bounds, repeat, frames, render = None, 1, 1, None
     while isinstance(environment, EnvironmentWrapper):
         if isinstance(environment, CanonicalActionWrapper) and bounds is None:
             bounds = environment.task_bounds
@@ -100,11 +106,18 @@ def task_interface(environment: Any) -> TaskInterface | None:
             repeat *= environment.num_repeats
         elif isinstance(environment, frame_stack_type):
             frames *= environment.num_frames
+        elif isinstance(environment, pixel_type) and render is None:
+            render = dict(environment.render_settings)
         environment = environment.environment
     if bounds is None:
         return None
+    if render is not None:
+        render.update(frame_stack=frames, action_repeat=repeat,
+                      when="once per agent step, after its action_repeat task steps, and once at a reset "
+                           "(whose frame fills every slot of the stack)")
     low, high, dtype = bounds
-    return TaskInterface(tuple(low.tolist()), tuple(high.tolist()), np.dtype(dtype).name, repeat, frames)
+    return TaskInterface(tuple(low.tolist()), tuple(high.tolist()), np.dtype(dtype).name, repeat, frames,
+                         render)
 
 
 def make_environment_spec(environment: Any) -> EnvironmentSpec:

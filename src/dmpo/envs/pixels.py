@@ -1,11 +1,17 @@
 """Pixel observations for dm_control tasks: camera render + frame stacking (algorithm.md §0, §4.3/§4.4).
 
 `make(..., pixels=True)` replaces the state observation by a `uint8 [S, S, 3·F]` image: an S×S RGB
-render of camera `camera_id` (default 0, S = 84) at every inner control step, and the last F frames
-concatenated along the channel axis, **oldest first** (after a reset the first frame fills all F
-slots). Frame stacking sits inside the action repeat (the pipeline order of algorithm.md §0), so with
-action repeat 2 and F = 3 one observation holds the last three control-step frames and each agent
-step shifts the stack by two frames.
+render of camera `camera_id` (default 0, S = 84), and the last F frames concatenated along the channel
+axis, **oldest first** (after a reset the first frame fills all F slots). The pixel wrapper and the
+frame stack sit outside the action repeat (`dmpo.envs.registry.make`: canonical actions → action
+repeat → render → frame stack), so a frame is rendered once per agent step, after its action-repeat
+task steps (and once at a reset): with action repeat 2 and F = 3 one observation holds the frames of
+the last three agent steps, and each agent step shifts the stack by one frame.
+
+What a runtime outside dmpo must reproduce to feed an exported pixel policy (the render settings
+below, the image size, the camera, the frame stack and the action repeat) is recorded with the
+policy: `PixelObservationWrapper.render_settings`, read by `dmpo.envs.interface.task_interface` into
+the snapshot's task record and the export metadata (`render`).
 
 Headless rendering: dm_control picks its OpenGL backend once, when `dm_control` (precisely
 `dm_control._render`) is first imported, from the `MUJOCO_GL` environment variable. Importing plain
@@ -120,6 +126,17 @@ class PixelObservationWrapper(EnvironmentWrapper):
         self._camera = None
         self._camera_data = None
         self._spec = specs.Array((self._size, self._size, 3), np.uint8, name="pixels")
+
+    @property
+    def render_settings(self) -> dict:
+        """How this wrapper renders, as a runtime must reproduce it (JSON-ready)."""
+        if not self._fast:
+            return {"renderer": "dm_control physics.render (its defaults)", "image_size": self._size,
+                    "camera_id": self._camera_id}
+        return {"renderer": "dm_control.mujoco.Camera", "image_size": self._size,
+                "camera_id": self._camera_id, "offscreen_size": [self._size, self._size],
+                "offscreen_samples": 0,
+                "disabled_scene_flags": [flag.name for flag in _DISABLED_SCENE_FLAGS]}
 
     @property
     def camera(self):

@@ -113,6 +113,22 @@ def _folder_name(step: int, index: int) -> str:
     return f"step_{step:012d}" if index == 0 else f"step_{step:012d}-{index}"
 
 
+def _complete(directory: Path) -> list[tuple[int, int, Path]]:
+    """(env steps, repeat index, folder) of the complete checkpoint folders in `directory`, oldest first."""
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), int(m.group(2) or 0), p) for p in directory.iterdir()
+             if (m := _NAME.match(p.name)) and (p / "state.json").is_file()]
+    return sorted(found)
+
+
+def newest_steps(directory: str | os.PathLike[str]) -> int | None:
+    """The env steps the newest complete checkpoint in `directory` holds (None: there is none), read
+    from the folder names alone: nothing is created, cleaned or verified."""
+    entries = _complete(Path(directory))
+    return entries[-1][0] if entries else None
+
+
 def _read_state(path: Path) -> dict[str, Any]:
     state_file = path / "state.json"
     if not state_file.is_file():
@@ -194,9 +210,7 @@ class TrainingCheckpoints:
                 shutil.rmtree(stray, ignore_errors=True)
 
     def _entries(self) -> list[tuple[int, int, Path]]:
-        found = [(int(m.group(1)), int(m.group(2) or 0), p) for p in self.directory.iterdir()
-                 if (m := _NAME.match(p.name)) and (p / "state.json").is_file()]
-        return sorted(found)
+        return _complete(self.directory)
 
     def paths(self) -> list[Path]:
         """Complete checkpoint folders, oldest first."""

@@ -292,16 +292,24 @@ def exit_code(error: KeyboardInterrupt) -> int:
     return 128 + int(getattr(error, "signum", signal.SIGINT))
 
 
-def annotate(error: KeyboardInterrupt, env_steps: int, run_dir: object) -> None:
-    """Notes on an interrupt where the run stopped, for the one line `dmpo train` prints."""
+def annotate(error: KeyboardInterrupt, env_steps: int, run_dir: object, ended: str | None = None) -> None:
+    """Notes on an interrupt where the run stopped, for the one line `dmpo train` prints: the env
+    steps of its newest checkpoint, its folder, and `ended`, the status of a run whose final events
+    were all written when the signal was taken (e.g. "finished")."""
     error.env_steps = int(env_steps)  # type: ignore[attr-defined]
     error.run_dir = str(run_dir)  # type: ignore[attr-defined]
+    error.ended = ended  # type: ignore[attr-defined]
 
 
 def message(error: KeyboardInterrupt) -> str:
     """`interrupted at N env steps; resume with: dmpo train --resume RUN` (or less, when the run had
-    not started: nothing to resume)."""
+    not started: nothing to resume; or `finished at N env steps ...` when the signal came while the
+    final events of a run that reached its budget were written)."""
     steps, run_dir = getattr(error, "env_steps", None), getattr(error, "run_dir", None)
     if steps is None or run_dir is None:
         return "interrupted before training started"
+    if getattr(error, "ended", None) is not None:
+        name = signal.Signals(int(getattr(error, "signum", signal.SIGINT))).name
+        return (f"{error.ended} at {steps} env steps, run directory {run_dir} ({name} came while its final "  # type: ignore[attr-defined]
+                "checkpoint was written, which it waited for)")
     return f"interrupted at {steps} env steps; resume with: dmpo train --resume {run_dir}"

@@ -13,8 +13,11 @@
   checkpoint has none: it starts again from step 0 in the same folder with its saved config, so that a
   run interrupted or failed early is never a dead end.
 
-A plan whose checkpoint already reached the budget has `nothing_to_do`. `apply_resume(plan)` records
-the changed settings in config.json and run.json before training starts.
+A plan whose checkpoint already reached the budget has `nothing_to_do` when the run ended `finished`.
+One that reached it but ended otherwise (a signal during its final checkpoint or evaluation, a kill,
+an error in its final events) is `only_final_events`: the resume trains no step, writes the final
+events that are missing and marks the run `finished`. `apply_resume(plan)` records the changed
+settings in config.json and run.json before training starts.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dmpo.config import AUTO_SUPPORT, ConfigError, TrainConfig
+from dmpo.lifecycle.directory import RunDirectory
 
 __all__ = ["RESUMABLE_FIELDS", "NoRunError", "ResumeError", "ResumePlan", "apply_resume",
            "config_differences", "plan_resume"]
@@ -53,6 +57,7 @@ class ResumePlan:
       checkpoint: the checkpoint folder to restore; None: start again from step 0.
       reached: environment steps of that checkpoint (0 without one).
       warnings: checkpoints skipped as unusable, one line each.
+      status: the run's status in run.json when the resume began.
     """
 
     run_dir: Path
@@ -61,10 +66,21 @@ class ResumePlan:
     checkpoint: Path | None
     reached: int
     warnings: tuple[str, ...] = ()
+    status: str = "finished"
+
+    @property
+    def budget_reached(self) -> bool:
+        return self.checkpoint is not None and self.reached >= self.config.steps
 
     @property
     def nothing_to_do(self) -> bool:
-        return self.checkpoint is not None and self.reached >= self.config.steps
+        """The checkpoint holds the budget and the run finished: the resume changes nothing."""
+        return self.budget_reached and self.status == "finished"
+
+    @property
+    def only_final_events(self) -> bool:
+        """The checkpoint holds the budget but the run did not finish: only its final events remain."""
+        return self.budget_reached and self.status != "finished"
 
     @property
     def from_scratch(self) -> bool:
@@ -141,8 +157,9 @@ def plan_resume(run_dir: str | Path, config: TrainConfig | None = None) -> Resum
         raise ResumeError(f"cannot resume {run_dir}: {latest} was written by {written}; resume it with "
                           f"{resume_with}")
     reached = int(state.get("env_steps", 0)) if state is not None else 0
+    status = str(RunDirectory(run_dir).info().get("status", "finished"))
     return ResumePlan(run_dir=run_dir, config=resumed, changes=changes, checkpoint=latest, reached=reached,
-                      warnings=skipped)
+                      warnings=skipped, status=status)
 
 
 def apply_resume(plan: ResumePlan) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from dmpo.agent.learning.critic_support import report, resolve_support
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.envs import EnvError, TaskFactory
-from dmpo.envs.checks import check_agent_can_feed
+from dmpo.envs.checks import build_environment, check_agent_can_feed
 from dmpo.envs.registry import PipelineFactory
 
 
@@ -71,14 +71,7 @@ def prepare_task(config: TrainConfig, env_factory: Any = None, *, distributed: b
         networks = dataclasses.replace(config.agent.networks, vmin=saved.agent.networks.vmin,
                                        vmax=saved.agent.networks.vmax)
         config = dataclasses.replace(config, agent=dataclasses.replace(config.agent, networks=networks))
-    try:
-        probe = factory(config.seed)
-    except EnvError:
-        raise
-    except Exception as error:  # noqa: BLE001 - the user's factory: one line naming what it raised
-        lines = str(error).strip().splitlines() or [""]
-        raise EnvError(f"{config.env}: the environment factory raised {type(error).__name__}: "
-                       f"{lines[0]}") from None
+    probe = build_environment(factory, config.seed, config.env)
     try:
         check_agent_can_feed(probe.observation_spec(), config.agent.networks.observation_network)
         probe.reset()  # the first observation is checked against the spec

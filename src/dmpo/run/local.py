@@ -40,6 +40,7 @@ from dmpo.agent.core import DMPO
 from dmpo.agent.environment_loop import EnvironmentLoop, evaluate
 from dmpo.agent.policies.snapshot import save_policy, save_policy_on_interrupt
 from dmpo.envs import make_environment_spec
+from dmpo.envs.checks import number_episodes_from
 from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints, read_state
 from dmpo.lifecycle.interrupts import CriticalCalls
 from dmpo.lifecycle.schedule import Due
@@ -270,6 +271,8 @@ class LocalExecutor:
     def _run_segment(self) -> None:
         envs = [self.env_factory(segment_seed(self.config.seed, self.episodes, i))
                 for i in range(self.config.num_envs)]
+        if len(envs) == 1:  # an environment error names the run's episode, not this segment's
+            number_episodes_from(envs[0], self.episodes + 1)
         # An interrupt waits for the end of the agent call it arrives in (dmpo.lifecycle.interrupts.critical).
         loop = EnvironmentLoop(envs, CriticalCalls(self.agent), self.actor_counter, self.loop_logger,
                                should_stop=self._segment_done, on_episode_end=self._on_episode_end)

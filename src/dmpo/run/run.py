@@ -18,14 +18,20 @@ This module is the only place the sequence is written; the two modes are executo
 5. The status, only through `RunStatus` (finished, interrupted or failed, with the reason), the
    summary and `on_train_end`.
 
-A signal ends the run `interrupted` after the executor wrote what a stop writes (a checkpoint); an
-error ends it `failed` with the error's first line. Every evaluation environment is seeded by the run's
+A signal ends the run `interrupted` after the executor wrote what a stop writes (a checkpoint), and the
+interrupt names the env steps of the newest checkpoint (where a resume continues). A signal taken
+only once the final events are written (it came during them) ends the run with `finish`'s status,
+`finished`. A resume of a run whose checkpoint holds its budget but that did not finish
+(`ResumePlan.only_final_events`) trains nothing: it writes the final events that are missing (the
+final evaluation unless the evaluator log has a row of these steps) and finishes. An error ends it
+`failed` with the error's first line. Every evaluation environment is seeded by the run's
 seed and the evaluation's index (`dmpo.utils.seeds.evaluation_seed`) in both modes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +40,7 @@ from typing import Any
 
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.lifecycle.callbacks import Callback, CallbackList, RunEvents, default_callbacks
+from dmpo.lifecycle.checkpoints import newest_steps
 from dmpo.lifecycle.directory import RunDirectory, check_run_path, new_run_path
 from dmpo.lifecycle.interrupts import (
     annotate,
@@ -156,7 +163,20 @@ class Run:
         self.folder.mark_resumed()  # status starting again, the resume recorded
         self.config, self.checkpoint = config, plan.checkpoint
         self._set_up(start=plan.reached)
+        if plan.only_final_events and self._evaluated_at(plan.reached):  # its final evaluation was written
+            assert self.schedule is not None
+            self.schedule.evaluated(plan.reached)
+            self.schedule.checkpointed(plan.reached)
         return plan
+
+    def _evaluated_at(self, env_steps: int) -> bool:
+        """The evaluator log holds a row labelled `env_steps` (both modes label rows `actor_steps`)."""
+        assert self.folder is not None
+        log = self.folder.logs_dir / "evaluator" / "logs.csv"
+        if not log.is_file():
+            return False
+        with open(log, newline="", encoding="utf-8") as handle:
+            return any(_number(row.get("actor_steps")) == env_steps for row in csv.DictReader(handle))
 
     def _set_up(self, start: int) -> None:
         assert self.folder is not None
@@ -237,6 +257,7 @@ class Run:
             if executor is not None:
                 executor.close()
             raise
+        ended: tuple[str, str | None] | None = None  # what `finish` returned
         try:
             training_started()  # a signal that came while the run started stops it here
             self.status.running()
@@ -246,8 +267,14 @@ class Run:
             if final.evaluation is not None:  # Ray: the round is asked for now and runs while the nodes stop
                 executor.evaluate(film=final.video is not None)
             with critical():  # a signal now waits for the final files, then stops the run
-                status, reason = executor.finish(final)
+                ended = executor.finish(final)
+            status, reason = ended
         except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP
+            if ended is not None and ended[0] == "finished":  # it came during the final events, written
+                self._end(*ended)
+                annotate(interrupt, self._resumable_steps(executor.env_steps()), self.path, ended="finished")
+                executor.close()
+                raise
             try:
                 executor.interrupted()  # what a stop writes: a checkpoint of this moment
             except BaseException as error:
@@ -255,7 +282,7 @@ class Run:
                 executor.close()
                 raise error from interrupt
             self._end("interrupted")
-            annotate(interrupt, executor.env_steps(), self.path)
+            annotate(interrupt, self._resumable_steps(executor.env_steps()), self.path)
             executor.close()
             raise
         except BaseException as error:
@@ -274,6 +301,13 @@ class Run:
             self.callbacks.on_train_end(summary)
         return summary
 
+    def _resumable_steps(self, env_steps: int) -> int:
+        """The env steps a resume continues from: those of the newest checkpoint, which the stop has
+        just written (or, when its write was abandoned, the previous one); `env_steps` without any.
+        Distributed, the shared count read after the stop may differ from what the learner saved."""
+        saved = newest_steps(self.folder.checkpoints_dir) if self.folder is not None else None
+        return env_steps if saved is None else saved
+
     @property
     def schedule_start(self) -> int:
         return self.plan.reached if self.plan is not None else 0
@@ -284,6 +318,13 @@ class Run:
             return
         with contextlib.suppress(OSError):  # a full disk must not hide the error that stopped the run
             self.status.end(status, reason)
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def _first_line(error: BaseException) -> str:

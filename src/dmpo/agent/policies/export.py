@@ -11,7 +11,12 @@ takes one input, `observation`, of shape `[B, ...]`:
 * pixel tasks: the image stack as the environment returns it (uint8 `[B, H, W, C]`).
 
 and returns `action` float32 `[B, D]`: the action to send the task itself, inside its bounds. The
-metadata (`metadata(policy)`: ONNX model properties; for StableHLO a `<file>.json` beside the file)
+action is never NaN: a non-finite observation entry (NaN, ±inf) is replaced by 0 before the networks,
+and a mean that is NaN all the same (finite entries too large for the networks) by 0, the centre of
+the bounds. The ONNX graph has a second output, `observation_finite` bool `[B]`: False for a row
+whose observation had a non-finite entry (its action was computed from the replaced observation, and
+a runtime should treat the row as a sensor fault). `load_policy` raises instead, naming the entries.
+The metadata (`metadata(policy)`: ONNX model properties; for StableHLO a `<file>.json` beside the file)
 states the bounds, the observation input, the action repeat and the frame stack the policy was trained
 with. `B` is symbolic in both formats, so any batch size runs.
 
@@ -39,7 +44,7 @@ __all__ = ["ExportError", "FORMATS", "export_policy", "input_spec", "metadata", 
 
 Format = Literal["onnx", "stablehlo"]
 FORMATS: tuple[str, ...] = ("onnx", "stablehlo")
-INPUT_NAME, OUTPUT_NAME = "observation", "action"
+INPUT_NAME, OUTPUT_NAME, FINITE_NAME = "observation", "action", "observation_finite"
 _OLDEST_OPSET = 15  # the oldest checked to give models onnxruntime accepts (13 gives an invalid Reshape)
 
 
@@ -74,21 +79,32 @@ def input_spec(policy: LoadedPolicy) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(spec.shape), np.dtype(spec.dtype)
 
 
-def policy_function(policy: LoadedPolicy) -> Any:
-    """`f(observation [B, ...]) -> action [B, D]` in the task's bounds, parameters closed over.
+def policy_function(policy: LoadedPolicy, *, flag: bool = False) -> Any:
+    """`f(observation [B, ...]) -> action [B, D]` in the task's bounds, parameters closed over; with
+    `flag`, `-> (action, observation_finite [B])`.
 
     For state policies the flat vector goes straight into `BatchFlatten`, which leaves a `[B, F]`
     array as it is: the same computation `load_policy` does after it concatenates the entries. The
-    map onto the bounds is the pipeline's (`dmpo.envs.interface.canonical_to_task`) in float32."""
+    map onto the bounds is the pipeline's (`dmpo.envs.interface.canonical_to_task`) in float32.
+    Non-finite observation entries become 0 and a NaN mean becomes 0 (module docstring); finiteness
+    is `|x| <= float max`, which NaN and ±inf fail, in operators every ONNX runtime has."""
     networks, params = policy.networks, policy.params
     low = np.asarray(policy.task.minimum, np.float32)
     high = np.asarray(policy.task.maximum, np.float32)
     half_low, half_high = 0.5 * low, 0.5 * high  # halving is exact in binary
 
-    def act(observation: jax.Array) -> jax.Array:
+    def act(observation: jax.Array) -> Any:
+        if jnp.issubdtype(observation.dtype, jnp.floating):
+            finite = jnp.abs(observation) <= jnp.finfo(observation.dtype).max
+            observation = jnp.where(finite, observation, jnp.zeros_like(observation))
+            rows = jnp.min(finite.reshape(finite.shape[0], -1).astype(jnp.float32), axis=1) > 0.5
+        else:  # an image: integers are always finite
+            rows = jnp.ones(observation.shape[:1], bool)
         mean, _ = networks.apply_policy(params, observation)
-        unit = jnp.clip(mean.astype(jnp.float32), -1.0, 1.0)
-        return jnp.clip(half_low * (1.0 - unit) + half_high * (1.0 + unit), low, high)
+        mean = mean.astype(jnp.float32)
+        unit = jnp.clip(jnp.where(mean == mean, mean, jnp.zeros_like(mean)), -1.0, 1.0)
+        action = jnp.clip(half_low * (1.0 - unit) + half_high * (1.0 + unit), low, high)
+        return (action, rows) if flag else action
 
     return act
 
@@ -100,7 +116,10 @@ def metadata(policy: LoadedPolicy) -> dict[str, str]:
     task = policy.task
     return {
         "dmpo_format": "deterministic policy: action = policy mean mapped onto the task's action bounds "
-                       "(clipped to [-1, 1], low*(1-a)/2 + high*(1+a)/2, clipped to [low, high])",
+                       "(clipped to [-1, 1], low*(1-a)/2 + high*(1+a)/2, clipped to [low, high]); never "
+                       "NaN: non-finite observation entries are replaced by 0 (ONNX: output "
+                       "observation_finite [B] is false for such a row) and a NaN mean by 0, the centre "
+                       "of the bounds",
         "action_minimum": json.dumps(list(task.action_minimum)),
         "action_maximum": json.dumps(list(task.action_maximum)),
         "action_dtype": task.action_dtype,
@@ -109,6 +128,7 @@ def metadata(policy: LoadedPolicy) -> dict[str, str]:
         "observation_input": json.dumps(observation_input(policy.environment_spec, policy.network_config)),
         "env": str(policy.metadata.get("env", "")),
         "pixels": json.dumps(bool(policy.metadata.get("pixels", False))),
+        "render": json.dumps(task.render),
     }
 
 
@@ -127,8 +147,8 @@ def _export_onnx(function: Any, shape: tuple[int, ...], dtype: np.dtype, policy:
 
     options = {} if opset is None else {"opset": opset}  # None: what jax2onnx writes by default
     model = jax2onnx.to_onnx(function, inputs=[jax.ShapeDtypeStruct(("B", *shape), jnp.dtype(dtype))],
-                             model_name="dmpo_policy", input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                             **options)
+                             model_name="dmpo_policy", input_names=[INPUT_NAME],
+                             output_names=[OUTPUT_NAME, FINITE_NAME], **options)
     onnx.helper.set_model_props(model, metadata(policy))
     return model.SerializeToString()
 
@@ -180,11 +200,11 @@ def export_policy(target: str | os.PathLike[str], output: str | os.PathLike[str]
     except SnapshotError as error:
         raise ExportError(str(error)) from error
     shape, dtype = input_spec(policy)
-    function = policy_function(policy)
     if fmt == "onnx":
+        function = policy_function(policy, flag=True)
         atomic_write_bytes(output, _export_onnx(function, shape, dtype, policy, opset))
     else:
-        atomic_write_bytes(output, _export_stablehlo(function, shape, dtype))
+        atomic_write_bytes(output, _export_stablehlo(policy_function(policy), shape, dtype))
         sidecar = output.with_name(output.name + ".json")
         atomic_write_text(sidecar, json.dumps(metadata(policy), indent=2) + "\n")
     return output

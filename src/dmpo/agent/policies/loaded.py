@@ -4,6 +4,10 @@ The networks act in the canonical box `[-1, 1]^D`; the environment pipeline clip
 it onto the task's bounds (`dmpo.envs.interface`). A loaded policy applies the same map, so that its
 actions can be sent to the task itself, with no dmpo wrapper in between. `canonical_action` keeps the
 networks' own actions, for an environment made by `dmpo.envs.make` (which maps them itself).
+
+An observation with a NaN or infinite entry is a `NonFiniteObservation` (a ValueError) naming the
+entries, never an action: the networks would turn it into a NaN action, silently. (The exported
+graphs, which cannot raise, replace such entries by 0 and flag the row: `dmpo.agent.policies.export`.)
 """
 
 from __future__ import annotations
@@ -19,7 +23,38 @@ from dmpo.config import NetworkConfig
 from dmpo.envs.interface import TaskInterface
 from dmpo.types import EnvironmentSpec
 
-__all__ = ["LoadedPolicy"]
+__all__ = ["LoadedPolicy", "NonFiniteObservation"]
+
+_SHOWN = 5  # non-finite entries a message names
+
+
+class NonFiniteObservation(ValueError):
+    """An observation given to a loaded policy has a NaN or infinite entry (the message names them)."""
+
+
+def _entry_name(path: tuple[Any, ...]) -> str:
+    return "observation" + "".join(f"[{getattr(key, 'key', getattr(key, 'idx', key))!r}]" for key in path)
+
+
+def check_finite(batch: Any, batched: bool) -> None:
+    """NonFiniteObservation naming the non-finite entries of `batch` (`[B, ...]` leaves; `batched`:
+    name the batch row too)."""
+    found, count = [], 0
+    for path, leaf in jax.tree_util.tree_flatten_with_path(batch)[0]:
+        leaf = np.asarray(leaf)
+        if not np.issubdtype(leaf.dtype, np.floating):
+            continue
+        bad = np.argwhere(~np.isfinite(leaf))
+        count += len(bad)
+        for index in bad[:_SHOWN - len(found)]:
+            inner = ", ".join(str(i) for i in index[1:])
+            where = _entry_name(path) + (f"[{inner}]" if inner else "")
+            found.append(f"{where} = {leaf[tuple(index)]}" + (f" (batch row {index[0]})" if batched else ""))
+    if count:
+        more = f" and {count - len(found)} more" if count > len(found) else ""
+        raise NonFiniteObservation(f"observation has {count} non-finite entr{'y' if count == 1 else 'ies'} "
+                                   f"(NaN or inf): {', '.join(found)}{more}; the policy acts on finite "
+                                   "observations only")
 
 
 class LoadedPolicy:
@@ -77,6 +112,7 @@ class LoadedPolicy:
     def canonical_action(self, observation: Any, deterministic: bool | None = None) -> np.ndarray:
         """The networks' own action(s), not clipped: what `dmpo.envs.make` environments take."""
         batch, batched = self._as_batch(observation)
+        check_finite(batch, batched)
         deterministic = self.deterministic if deterministic is None else deterministic
         if deterministic:
             actions = np.asarray(self._mean_fn(self.params, batch))
@@ -86,6 +122,10 @@ class LoadedPolicy:
             self._num_actions += size
             keys = np.broadcast_to(self._key, (size, *self._key.shape))
             actions = np.asarray(self._sample_fn(self.params, keys, steps, batch))
+        if not np.isfinite(actions).all():  # finite observations too large for the networks
+            rows = sorted({int(row) for row in np.argwhere(~np.isfinite(actions))[:, 0]})
+            raise ValueError(f"the policy's action is not finite for a finite observation (batch rows "
+                             f"{rows}): its entries are too large for the networks")
         return actions if batched else actions[0]
 
     def _as_batch(self, observation: Any) -> tuple[Any, bool]:
