@@ -41,7 +41,6 @@ class StoppedAfterSaving:
     """An executor whose stop saves a checkpoint of 3724 env steps while its own count says 2521 (what
     a distributed stop could report: the learner saved after the count was read)."""
 
-
     def __init__(self, run: Run) -> None:
         self.run = run
 
