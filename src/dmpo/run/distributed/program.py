@@ -74,7 +74,9 @@ class DistributedProgram(ProgramViews):
         self.run = run
         self.config = config
         self.env_factory = run.env_factory
-        self.run_dir = Path(run.path)
+        # Absolute before anything reaches a node: a node resolves a relative path against the folder its
+        # `ray start` ran in, which would scatter the run's files over the cluster.
+        self.run_dir = Path(run.path).absolute()
         self.seed = config.seed
         self.options = options or run.cluster.options or ProgramOptions()
         check_program(config, self.options)
@@ -101,7 +103,7 @@ class DistributedProgram(ProgramViews):
                                    checkpointed=run.schedule.checkpointed)
         self._pending: PendingNodes | None = None
         # Checked here, before any cluster starts: the checkpoint and the environment.
-        self._latest_checkpoint = run.checkpoint
+        self._latest_checkpoint = None if run.checkpoint is None else Path(run.checkpoint).absolute()
         probe = self.env_factory(self.seed)
         self.builder = DMPOBuilder(config.agent, make_environment_spec(probe),
                                    network_factory=network_factory)
