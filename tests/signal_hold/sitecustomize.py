@@ -12,6 +12,10 @@ other moment of the main thread.
   gymnasium env step holds before stepping (`<dir>/paused`): a signal mid-episode, never at a step
   that is already checkpointed. With 200-step Pendulum episodes and `--checkpoint-every 200`, every
   episode end is a checkpoint; a signal sent "after the first checkpoint appeared" may land there.
+- DMPO_TEST_HOLD_START=raylet|nodes: a distributed start-up that takes as long as the test wants (a
+  loaded machine's minute), held (`<dir>/starting`) in the driver after Ray's GCS server started and
+  before its raylet (`raylet`), or once the private cluster is up, before the nodes are created
+  (`nodes`).
 """
 
 import os
@@ -27,6 +31,7 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
     _HOLD_STEP = int(os.environ["DMPO_TEST_HOLD_STEP"]) if "DMPO_TEST_HOLD_STEP" in os.environ else None
     _PAUSE_AFTER = (int(os.environ["DMPO_TEST_PAUSE_AFTER_CHECKPOINT"])
                     if "DMPO_TEST_PAUSE_AFTER_CHECKPOINT" in os.environ else None)
+    _HOLD_START = os.environ.get("DMPO_TEST_HOLD_START")
     _steps_after_checkpoint = [None]  # None until the first checkpoint of this process is written
 
     def _hold(marker: str) -> None:
@@ -60,7 +65,22 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
 
         module.GymnasiumEnvironment.step = step
 
+    def _holding_before(module, owner: str, method: str):
+        cls = getattr(module, owner)
+        original = getattr(cls, method)
+
+        def held(self, *args, **kwargs):
+            _hold("starting")
+            return original(self, *args, **kwargs)
+
+        setattr(cls, method, held)
+
     _PATCHES = {"dmpo.lifecycle.checkpoints": _patch_checkpoints}
+    if _HOLD_START == "raylet":
+        _PATCHES["ray._private.node"] = lambda module: _holding_before(module, "Node", "start_raylet")
+    elif _HOLD_START == "nodes":
+        _PATCHES["dmpo.run.distributed.program"] = (
+            lambda module: _holding_before(module, "DistributedProgram", "start"))
     if _PAUSE_AFTER is not None:
         _PATCHES["dmpo.envs.gym_adapter"] = _patch_gym_steps
 

@@ -32,11 +32,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["CriticalCalls", "Interrupted", "annotate", "critical", "exit_code", "interrupt_on_signals",
-           "message", "starting_up", "training_started", "when_abandoned"]
+__all__ = ["CriticalCalls", "Interrupted", "abortable", "annotate", "as_signalled", "critical", "exit_code",
+           "interrupt_on_signals", "message", "starting_up", "stopping_since", "training_started",
+           "when_abandoned"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -73,6 +75,9 @@ class _Guard:
         self.in_hook = False  # inside `redeliver`
         self.resending = False  # `redeliver` sent a swallowed interrupt again
         self.abandon: list[Callable[[], None]] = []
+        # The first signal and its time.monotonic(): a stop's deadline counts from it.
+        self.first_at: float | None = None
+        self.first_signum: int | None = None
 
     def deferring(self) -> bool:
         return self.starting or self.critical_depth > 0
@@ -90,6 +95,8 @@ class _Guard:
                 return
             self.raise_now(signum)
         self.signals += 1
+        if self.first_at is None:
+            self.first_at, self.first_signum = time.monotonic(), signum
         if self.raised or self.pending is not None:
             if signum == signal.SIGINT and self.signals >= 3:
                 _exit_at_once(self, signum)
@@ -219,6 +226,37 @@ def starting_up() -> Iterator[None]:
         raise
     guard.starting = False
     guard.raise_pending()
+
+
+@contextlib.contextmanager
+def abortable() -> Iterator[None]:
+    """A part of `starting_up()` that cleans up after itself when cut short (starting Ray's servers,
+    creating its nodes): a signal that came before or comes inside raises at once, so that a stop keeps
+    to its deadline however long the start-up would take."""
+    guard = _guard if _on_main_thread() else None
+    if guard is None or not guard.starting:
+        yield
+        return
+    guard.starting = False
+    try:
+        guard.raise_pending()
+        yield
+    finally:
+        guard.starting = True
+
+
+def stopping_since() -> float | None:
+    """When (`time.monotonic()`) the run's first signal came; None before one (or outside the block)."""
+    return _guard.first_at if _guard is not None else None
+
+
+def as_signalled(error: KeyboardInterrupt) -> KeyboardInterrupt:
+    """`error` as the run's first signal names it: a library that turns the interrupt raised inside its
+    call into a bare `KeyboardInterrupt` (Ray's `ray.get`) would make a SIGTERM exit as Ctrl-C does."""
+    signum = _guard.first_signum if _guard is not None else None
+    if signum is None or signum == signal.SIGINT or isinstance(error, Interrupted):
+        return error
+    return Interrupted(signum)
 
 
 def training_started() -> None:

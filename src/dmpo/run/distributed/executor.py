@@ -14,7 +14,7 @@ import dataclasses
 import time
 from typing import Any
 
-from dmpo.lifecycle.interrupts import interrupt_on_signals
+from dmpo.lifecycle.interrupts import abortable, as_signalled, interrupt_on_signals
 from dmpo.lifecycle.schedule import Due
 from dmpo.reporting.progress import Progress
 from dmpo.reporting.trackers import without_secrets
@@ -39,16 +39,22 @@ class RayExecutor:
         self._final_steps: int | None = None
         self._bar: Progress | None = None
         self._shown = _Shown()
+        self._program_started = False  # program.start() was entered: its nodes (some, maybe) exist
 
     def start(self) -> None:
         run, cluster = self.run, self.run.cluster
         # Built and checked before the cluster starts: the task, the checkpoint, the options.
         self.program = DistributedProgram(run, options=cluster.options, network_factory=self._network_factory)
-        with without_secrets():  # Ray's processes inherit the environment they are started from
-            self._stack.enter_context(ray_cluster(cluster.address, num_cpus=cluster.num_cpus,
-                                                  keep_files=cluster.keep_ray_logs))
-        self._stack.enter_context(interrupt_on_signals())  # Ray installs its own handler
-        self.program.start()
+        # Starting Ray's servers and the nodes may take a minute on a loaded machine: a signal cuts it
+        # short (a cluster cut in half is shut down, nodes created are stopped by `close`), so that a stop
+        # keeps to --stop-timeout from the signal, whatever the moment.
+        with abortable(), _named_signals():
+            with without_secrets():  # Ray's processes inherit the environment they are started from
+                self._stack.enter_context(ray_cluster(cluster.address, num_cpus=cluster.num_cpus,
+                                                      keep_files=cluster.keep_ray_logs))
+            self._stack.enter_context(interrupt_on_signals())  # Ray installs its own handler
+            self._program_started = True
+            self.program.start()
         # As in one process: the live line only with `progress`, evaluation lines always.
         self._bar = self._stack.enter_context(Progress(run.config.steps, enabled=not run.quiet,
                                                        live=run.progress))
@@ -56,11 +62,12 @@ class RayExecutor:
     def train(self) -> None:
         program, on_poll = self.program, self.run.cluster.on_poll
         assert program is not None
-        while not program.poll():
-            self._show()
-            if on_poll is not None:
-                on_poll(program)
-            time.sleep(program.options.poll_seconds)
+        with _named_signals():
+            while not program.poll():
+                self._show()
+                if on_poll is not None:
+                    on_poll(program)
+                time.sleep(program.options.poll_seconds)
         self._show()
         self._final_steps = program.settle()
 
@@ -82,12 +89,12 @@ class RayExecutor:
         return result.status, result.stop_reason if result.status != "finished" else None
 
     def interrupted(self) -> None:
-        if self.result is None:
+        if self.result is None and self._program_started:
             self._stop("interrupted")
 
     def close(self, failed: bool = False) -> None:
         try:
-            if self.result is None and self.program is not None:
+            if self.result is None and self._program_started:
                 self._stop("failed" if failed else "interrupted")
         finally:
             self._stack.close()
@@ -123,6 +130,18 @@ class RayExecutor:
         bar.update(env_steps=int(counts.get("actor_steps", 0)), episodes=int(counts.get("actor_episodes", 0)),
                    last_return=returns[-1] if returns else None,
                    learner_steps=int(counts.get("learner_steps", 0)))
+
+
+@contextlib.contextmanager
+def _named_signals() -> Any:
+    """A SIGTERM that lands inside `ray.get` comes out as a bare KeyboardInterrupt: named again."""
+    try:
+        yield
+    except KeyboardInterrupt as error:
+        named = as_signalled(error)
+        if named is error:
+            raise
+        raise named from None
 
 
 @dataclasses.dataclass
