@@ -154,3 +154,39 @@ def test_a_third_ctrl_c_exits_at_once_killing_what_the_run_started(tmp_path):
             return True
 
     wait_for(gone, "the child to be killed", timeout=10, period=0.05)
+
+
+HELD_IN_C = """
+import ctypes, os, signal, sys, threading
+from dmpo.lifecycle.interrupts import interrupt_on_signals
+
+with interrupt_on_signals():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+    except KeyboardInterrupt:  # stopping; the main thread is held in a C call (Ray's ray.get between its
+        # checks for signals): it runs no handler, so a second and a third Ctrl-C come to one call.
+        held = threading.Event()
+
+        def send():  # a signal a thread sends itself is delivered to it at once
+            held.wait()
+            for _ in range(2):
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+        sender = threading.Thread(target=send)  # (started before the block: a thread inherits the mask)
+        sender.start()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        held.set()
+        ctypes.CDLL(None).sleep(30)  # the C call (SIGINT blocked in this thread: not cut short either)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        print("not reached", flush=True)
+"""
+
+
+def test_a_third_ctrl_c_exits_at_once_while_the_main_thread_is_held_in_a_c_call():
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(HELD_IN_C)], capture_output=True,
+                            text=True, timeout=120, env=child_env())
+    assert result.returncode == 130 and "not reached" not in result.stdout, (result.stdout, result.stderr)
+    assert result.stderr.strip().splitlines() == [
+        "dmpo: SIGINT ignored: already stopping (writing the final checkpoint); a third Ctrl-C exits at "
+        "once, keeping the previous checkpoint",
+        "dmpo: exited at once on a third Ctrl-C; the previous checkpoint is kept"], result.stderr

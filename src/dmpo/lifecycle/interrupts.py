@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from dmpo.lifecycle.deliveries import Deliveries
+
 __all__ = ["CriticalCalls", "Interrupted", "abortable", "annotate", "as_signalled", "critical", "exit_code",
            "interrupt_on_signals", "message", "starting_up", "stopping_since", "training_started",
            "when_abandoned"]
@@ -78,6 +80,9 @@ class _Guard:
         # The first signal and its time.monotonic(): a stop's deadline counts from it.
         self.first_at: float | None = None
         self.first_signum: int | None = None
+        self.deliveries = 0  # every delivery of one of our signals (`Deliveries`), less those resent
+        self.ignored_lines = 0
+        self.saying = threading.Lock()
 
     def deferring(self) -> bool:
         return self.starting or self.critical_depth > 0
@@ -100,14 +105,31 @@ class _Guard:
         if self.raised or self.pending is not None:
             if signum == signal.SIGINT and self.signals >= 3:
                 _exit_at_once(self, signum)
-            what = "writing the final checkpoint" if self.raised else "waiting for a safe point to stop"
-            _say(f"{signal.Signals(signum).name} ignored: already stopping ({what}); a third Ctrl-C "
-                 "exits at once, keeping the previous checkpoint")
+            self.say_ignored(signum)
             return
         if self.deferring():
             self.pending = signum
             return
         self.raise_now(signum)
+
+    def say_ignored(self, signum: int, upto: int | None = None) -> None:
+        """One line per ignored signal (the handler's count, or `upto` lines), whichever thread says it."""
+        with self.saying:
+            if self.ignored_lines >= (self.signals - 1 if upto is None else upto):
+                return
+            self.ignored_lines += 1
+        what = "writing the final checkpoint" if self.raised else "waiting for a safe point to stop"
+        _say(f"{signal.Signals(signum).name} ignored: already stopping ({what}); a third Ctrl-C "
+             "exits at once, keeping the previous checkpoint")
+
+    def delivered(self, signum: int) -> None:
+        """Each delivery, on the `Deliveries` thread: a third Ctrl-C exits at once even when the main
+        thread, held in a C call, runs the handler once for the second and the third."""
+        if signum in _SIGNALS:
+            self.deliveries += 1
+            if signum == signal.SIGINT and self.deliveries >= 3:
+                self.say_ignored(signum, upto=1)  # the second's line, if its handler has not run yet
+                _exit_at_once(self, signum)
 
     def raise_now(self, signum: int) -> None:
         self.pending = None
@@ -136,6 +158,7 @@ class _Guard:
     def _resend(self, signum: int) -> None:
         def send() -> None:
             if not threading.Event().wait(0.01) and self.resending and _guard is self:
+                self.deliveries -= 1  # the same signal again, not another one
                 os.kill(os.getpid(), signum)
 
         threading.Thread(target=send, daemon=True).start()
@@ -186,8 +209,10 @@ def interrupt_on_signals() -> Iterator[None]:
     previous = {signum: signal.signal(signum, guard) for signum in _SIGNALS
                 if signal.getsignal(signum) is not signal.SIG_IGN}
     previous_hook = sys.unraisablehook
+    deliveries = contextlib.ExitStack()
     if outermost:
         _guard = guard
+        deliveries.enter_context(Deliveries(guard.delivered))
 
         def hook(unraisable: Any) -> None:
             if not guard.redeliver(unraisable):
@@ -201,6 +226,7 @@ def interrupt_on_signals() -> Iterator[None]:
             guard.raise_pending()
     finally:
         if outermost:
+            deliveries.close()
             _guard = None
             sys.unraisablehook = previous_hook
         for signum, old in previous.items():
