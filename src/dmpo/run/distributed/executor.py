@@ -14,6 +14,7 @@ import dataclasses
 import time
 from typing import Any
 
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints, read_state
 from dmpo.lifecycle.interrupts import abortable, as_signalled, interrupt_on_signals
 from dmpo.lifecycle.schedule import Due
 from dmpo.reporting.progress import Progress
@@ -75,6 +76,13 @@ class RayExecutor:
         if self._final_steps is not None:
             return self._final_steps
         if self.result is not None:
+            # A stopped run continues from its newest checkpoint: the actors' own count went on while the
+            # learner wrote its final one (and a boundary they passed meanwhile may have been saved too).
+            folder = self.run.path / "checkpoints"
+            if self.result.status != "finished" and folder.is_dir():
+                paths = TrainingCheckpoints(folder).paths()
+                if paths:
+                    return read_state(paths[-1]).env_steps
             return int(self.result.counts.get("actor_steps", 0))
         return int(self.program.counts.get("actor_steps", 0)) if self.program is not None else 0
 
@@ -110,10 +118,8 @@ class RayExecutor:
     def _stop(self, status: str) -> DistributedResult:
         assert self.program is not None
         self.result = self.program.stop(status)
-        # The final evaluation round runs while the program stops.
-        returns = [value for _, value in self.result.evaluator_returns][self._shown.episodes:]
-        if self._bar is not None:
-            _show_rounds(self.program, self._bar, self._shown, returns)
+        if self._bar is not None:  # the final evaluation round runs while the program stops
+            _show_rounds(self.program, self._bar, self._shown)
         return self.result
 
     def _show(self) -> None:
@@ -121,9 +127,7 @@ class RayExecutor:
         program, bar = self.program, self._bar
         assert program is not None and bar is not None
         counts = program.counts
-        returns = program.evaluation_returns_since(self._shown.episodes)
-        if returns:
-            _show_rounds(program, bar, self._shown, returns)
+        _show_rounds(program, bar, self._shown)
         returns, program.episode_returns[:] = list(program.episode_returns), []
         for value in returns[:-1]:  # each episode's return, as one process records them
             bar.update(last_return=value)
@@ -146,18 +150,17 @@ def _named_signals() -> Any:
 
 @dataclasses.dataclass
 class _Shown:
-    """How many evaluation episodes and rounds the driver has printed."""
+    """How many evaluation rows the driver has printed."""
 
-    episodes: int = 0
-    rounds: int = 0
+    rows: int = 0
 
 
-def _show_rounds(program: DistributedProgram, bar: Any, shown: _Shown, returns: list[float]) -> None:
-    """Prints each complete round of `eval_episodes` returns as one evaluation line."""
-    per_round = max(program.config.eval_episodes, 1)
-    while len(returns) >= per_round:
-        steps = program.evaluation_steps
-        bar.evaluation(steps[shown.rounds] if shown.rounds < len(steps) else None, returns[:per_round])
-        shown.rounds += 1
-        shown.episodes += per_round
-        returns = returns[per_round:]
+def _show_rounds(program: DistributedProgram, bar: Any, shown: _Shown) -> None:
+    """Prints each evaluation row that reached the driver as one line: the steps and the score its row in
+    logs/evaluator/logs.csv holds (a round lost with its node has no row, and no line)."""
+    rows = program.evaluation_rows
+    for row in rows[shown.rows:]:
+        steps = row.get("actor_steps")
+        bar.evaluation_score(None if steps is None else int(steps), float(row["return_mean"]),
+                             float(row.get("return_std", 0.0)), max(program.config.eval_episodes, 1))
+    shown.rows = len(rows)
