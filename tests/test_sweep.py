@@ -279,6 +279,7 @@ def test_an_interrupted_sweep_resumes_its_trials_from_their_checkpoints(tmp_path
             process.kill()
     assert process.returncode == 130, output[-3000:]
     assert "the same command continues the sweep" in output
+    assert "Tuner.restore" not in output, output[-3000:]  # Tune's own way would not resume the trials
     stopped = [json.loads((run / "run.json").read_text())["status"] for run in find_trials(out)]
     assert stopped == ["interrupted", "interrupted"], output[-3000:]
     again = subprocess.run(command, capture_output=True, text=True, timeout=900)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -119,6 +120,12 @@ def check_folder(spec: SweepSpec) -> None:
         raise SweepSpecError(
             f"OUT {spec.out} holds a sweep made with other settings ({listed}); use another folder"
         )
+
+
+def _without_tune_resume_hint(record: logging.LogRecord) -> bool:
+    """Tune's "Resume experiment with: Tuner.restore(...)" on a stopped sweep: the way to continue a
+    sweep is the same command, which dmpo's own last line gives."""
+    return "Resume experiment with:" not in record.getMessage()
 
 
 def _read_state(path: Path) -> dict:
@@ -286,9 +293,12 @@ def _run_locked(spec: SweepSpec, resources: Resources, *, scheduler: str, budget
             # Tune stops the experiment on SIGINT (its handler, installed by `fit`); SIGTERM does the same.
             # Installed after `ray.init`, which sets a SIGTERM handler of its own that exits at once.
             previous = signal.signal(signal.SIGTERM, _as_sigint)
+            tune_log = logging.getLogger("ray.tune.tune")
+            tune_log.addFilter(_without_tune_resume_hint)
             try:
                 _tuner(spec, resources, common, scheduler, budget).fit()
             finally:
+                tune_log.removeFilter(_without_tune_resume_hint)
                 signal.signal(signal.SIGTERM, previous)
             del ray  # imported above so that a missing Ray fails before the cluster is asked for
     finally:
