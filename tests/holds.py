@@ -20,7 +20,7 @@ def has_checkpoint(run: Path) -> bool:
 
 
 def holding_env(folder: Path, *, final_save_step: int | None = None,
-                pause_after_checkpoint: int | None = None) -> dict[str, str]:
+                pause_after_checkpoint: int | None = None, start: str | None = None) -> dict[str, str]:
     """`child_env()` plus the hold: at the final save of env step >= `final_save_step` (creates
     `folder/holding`), or at the `pause_after_checkpoint`-th env step after the first checkpoint
     (creates `folder/paused`). `folder/go` releases it."""
@@ -30,6 +30,8 @@ def holding_env(folder: Path, *, final_save_step: int | None = None,
         extra["DMPO_TEST_HOLD_STEP"] = str(final_save_step)
     if pause_after_checkpoint is not None:
         extra["DMPO_TEST_PAUSE_AFTER_CHECKPOINT"] = str(pause_after_checkpoint)
+    if start is not None:  # "raylet" or "nodes": a distributed start-up held (signal_hold's docstring)
+        extra["DMPO_TEST_HOLD_START"] = start
     env = child_env(**extra)
     env["PYTHONPATH"] = os.pathsep.join([str(HOLD_MODULE), env["PYTHONPATH"]])
     return env

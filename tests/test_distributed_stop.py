@@ -143,3 +143,25 @@ def test_a_stopped_run_keeps_the_evaluator_within_the_stop_deadline(monkeypatch,
     assert sum(clock.waits) <= 20.0 and 300.0 not in clock.waits
     with pytest.raises(ValueError, match="final_evaluation_timeout_seconds must be > 0 seconds"):
         ProgramOptions(final_evaluation_timeout_seconds=0.0)
+
+
+def test_a_stopped_run_says_the_steps_of_the_checkpoint_it_continues_from(tmp_path):
+    """The actors went on to 1275 env steps while the learner wrote its final checkpoint at 1200: the
+    line "interrupted at N env steps" must say 1200, what `--resume` continues from."""
+    import numpy as np
+
+    from dmpo.lifecycle.checkpoints import CheckpointState, TrainingCheckpoints
+    from dmpo.run.distributed.executor import RayExecutor
+
+    checkpoints = TrainingCheckpoints(tmp_path / "checkpoints")
+    for steps in (1000, 1200):
+        state = CheckpointState(env_steps=steps, learner_steps=steps // 10, counts={"actor_steps": steps},
+                                num_observations=steps, learning_starts=100, episodes=steps // 200,
+                                evaluations=0, distributed=True)
+        checkpoints.save(steps, {"w": np.zeros(2)}, state.to_json())
+    executor = RayExecutor(types.SimpleNamespace(path=tmp_path))
+    executor._program_started = True
+    executor.program = types.SimpleNamespace(stop=lambda status: types.SimpleNamespace(
+        status=status, counts={"actor_steps": 1275}, evaluator_returns=[], learner={}))
+    executor.interrupted()
+    assert executor.env_steps() == 1200

@@ -154,3 +154,33 @@ def test_each_round_carries_its_index_in_the_run_and_whether_it_is_filmed(driver
     rounds.finish(send_queued=True)  # a finished run sends every round queued
     assert evaluator.seeds_and_films == [(4, False), (5, True)]
     assert rounds.count == 6
+
+
+def test_the_console_prints_each_round_with_the_steps_its_logged_row_holds_after_a_lost_evaluator():
+    """The rounds at 500, 1000 and 1500 env steps were asked for; the evaluator was lost during the
+    one at 1000 (no row), and its replacement scored the one at 1500. Each line must say what the row in
+    logs/evaluator/logs.csv says: the console once paired the replacement's returns with 1000."""
+    from dmpo.reporting.progress import Progress
+    from dmpo.run.distributed.executor import RayExecutor
+
+    rows = [{"actor_steps": 500, "return_mean": 2.0, "return_std": 1.0},
+            {"actor_steps": 1500, "return_mean": 11.0, "return_std": 1.0}]
+    program = types.SimpleNamespace(
+        config=types.SimpleNamespace(eval_episodes=2), counts={"actor_steps": 1600}, episode_returns=[],
+        evaluation_steps=[500, 1000, 1500], evaluation_rows=rows[:1],
+        evaluation_returns_since=lambda start: [1.0, 3.0][start:],  # the first evaluator's
+        stop=lambda status: types.SimpleNamespace(  # (the replacement's returns come back at the stop)
+            status=status, evaluator_returns=[(0, 1.0), (0, 3.0), (1, 10.0), (1, 12.0)], learner={},
+            counts={"actor_steps": 1600}))
+    lines: list[str] = []
+    executor = RayExecutor(types.SimpleNamespace())
+    executor.program, executor._program_started = program, True
+    executor._bar = Progress(2000, enabled=True, live=False, print_fn=lines.append)
+    executor._show()
+    program.evaluation_rows = rows  # the replacement's row reached the driver
+    program.evaluation_returns_since = lambda start: [10.0, 12.0][start:]
+    executor._show()
+    executor.interrupted()
+    evaluations = [line for line in lines if line.startswith("eval")]
+    assert evaluations == ["eval @ 500: 2.0 ± 1.0 over 2 episodes",
+                           "eval @ 1,500: 11.0 ± 1.0 over 2 episodes"]

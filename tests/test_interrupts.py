@@ -16,9 +16,12 @@ import pytest
 
 from dmpo.lifecycle.interrupts import (
     Interrupted,
+    abortable,
+    as_signalled,
     critical,
     interrupt_on_signals,
     starting_up,
+    stopping_since,
     training_started,
 )
 from test_faults import child_env, wait_for
@@ -32,6 +35,39 @@ def test_a_signal_while_starting_waits_for_training_to_start():
         training_started()
         done.append("a training step")  # never reached
     assert done == ["JAX and Ray started"]
+
+
+def test_a_start_up_part_that_cleans_up_after_itself_is_cut_short_by_a_signal_and_counts_from_it():
+    import time
+
+    done = []
+    with pytest.raises(Interrupted) as raised, interrupt_on_signals(), starting_up():
+        before = time.monotonic()
+        os.kill(os.getpid(), signal.SIGTERM)  # while JAX starts: held
+        sent = stopping_since()
+        done.append("JAX started")
+        with abortable():  # Ray's servers: the signal that came is raised at once
+            done.append("Ray started")  # never reached
+    assert done == ["JAX started"] and raised.value.signum == signal.SIGTERM
+    assert sent is not None and before <= sent <= time.monotonic()  # the deadline counts from the signal
+    with pytest.raises(Interrupted), interrupt_on_signals(), starting_up():
+        with abortable():
+            os.kill(os.getpid(), signal.SIGTERM)  # inside: raised at once
+            done.append("the raylet started")  # never reached
+    assert done == ["JAX started"]
+
+
+def test_an_interrupt_a_library_turned_into_a_bare_keyboard_interrupt_is_named_by_the_signal():
+    with interrupt_on_signals():
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGTERM)
+        named = as_signalled(KeyboardInterrupt())  # what ray.get raises when the handler raised inside it
+    assert isinstance(named, Interrupted) and named.signum == signal.SIGTERM
+    with interrupt_on_signals():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        plain = KeyboardInterrupt()
+        assert as_signalled(plain) is plain  # a Ctrl-C stays a Ctrl-C
 
 
 def test_a_critical_block_that_raises_takes_its_pending_signal_with_it():
@@ -118,3 +154,39 @@ def test_a_third_ctrl_c_exits_at_once_killing_what_the_run_started(tmp_path):
             return True
 
     wait_for(gone, "the child to be killed", timeout=10, period=0.05)
+
+
+HELD_IN_C = """
+import ctypes, os, signal, sys, threading
+from dmpo.lifecycle.interrupts import interrupt_on_signals
+
+with interrupt_on_signals():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+    except KeyboardInterrupt:  # stopping; the main thread is held in a C call (Ray's ray.get between its
+        # checks for signals): it runs no handler, so a second and a third Ctrl-C come to one call.
+        held = threading.Event()
+
+        def send():  # a signal a thread sends itself is delivered to it at once
+            held.wait()
+            for _ in range(2):
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+        sender = threading.Thread(target=send)  # (started before the block: a thread inherits the mask)
+        sender.start()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        held.set()
+        ctypes.CDLL(None).sleep(30)  # the C call (SIGINT blocked in this thread: not cut short either)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        print("not reached", flush=True)
+"""
+
+
+def test_a_third_ctrl_c_exits_at_once_while_the_main_thread_is_held_in_a_c_call():
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(HELD_IN_C)], capture_output=True,
+                            text=True, timeout=120, env=child_env())
+    assert result.returncode == 130 and "not reached" not in result.stdout, (result.stdout, result.stderr)
+    assert result.stderr.strip().splitlines() == [
+        "dmpo: SIGINT ignored: already stopping (writing the final checkpoint); a third Ctrl-C exits at "
+        "once, keeping the previous checkpoint",
+        "dmpo: exited at once on a third Ctrl-C; the previous checkpoint is kept"], result.stderr

@@ -99,9 +99,10 @@ def test_sigterm_of_distributed_train_checkpoints_and_resumes(tmp_path):
     run = tmp_path / "run"
     command = [*CLI, "--actors", "1", "--env", "gym:Pendulum-v1", "--steps", "100000",
                "--checkpoint-every", "200", "--run-dir", str(run), *COMMON]
-    terminate_after_first_checkpoint(command, run, timeout=400)
+    _, steps = terminate_after_first_checkpoint(command, run, timeout=400)
     resumed_steps = json.loads((TrainingCheckpoints(run / "checkpoints").latest() / "state.json")
                                .read_text())["env_steps"]
+    assert steps == resumed_steps  # the line names the steps the final checkpoint holds
     target = resumed_steps + 200
     resumed = subprocess.run([*CLI, "--resume", str(run), "--steps", str(target), "--no-progress"],
                              capture_output=True, text=True, timeout=600, env=child_env())

@@ -90,7 +90,12 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
     # Ray's socket paths must fit in 107 bytes: pytest's tmp_path is too deep for them.
     ray_dir = tempfile.mkdtemp(prefix="dmpo-2n-", dir="/tmp")
     script = str(Path(__file__).with_name("two_node_cluster.py"))
-    holder = subprocess.Popen([sys.executable, script, ray_dir], stdin=subprocess.PIPE,
+    # The nodes and the driver start in different folders, as `ray start` on another machine does: a
+    # relative --run-dir must still gather every node's files in the driver's run folder.
+    nodes_cwd, driver_cwd = tmp_path / "nodes", tmp_path / "driver"
+    nodes_cwd.mkdir()
+    driver_cwd.mkdir()
+    holder = subprocess.Popen([sys.executable, script, ray_dir], stdin=subprocess.PIPE, cwd=nodes_cwd,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=token_env)
     output = Lines(holder)
     started: list = []
@@ -101,12 +106,12 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
         sockets = _listening([psutil.Process(holder.pid), *started])
         assert sockets and all(_loopback(ip) for _, ip, _ in sockets), sockets
 
-        run = tmp_path / "run"
+        run = driver_cwd / "run"
         command = [sys.executable, "-m", "dmpo.cli", "train", "--ray-address", address, "--actors", "2",
                    "--actor-resources", '{"worker": 1}', "--learner-resources", '{"head": 1}',
                    "--replay-resources", '{"head": 1}', *TINY]
-        train = subprocess.Popen([*command, "--steps", "2000", "--run-dir", str(run)], stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True, env=driver_env)
+        train = subprocess.Popen([*command, "--steps", "2000", "--run-dir", "run"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, env=driver_env, cwd=driver_cwd)
         train_output = Lines(train)
 
         def checkpointed():  # (a TrainingCheckpoints made before the run would create its folder)
@@ -136,14 +141,19 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
         state = json.loads((checkpoints.latest() / "state.json").read_text())
         assert 2000 <= state["env_steps"] < 2000 + 2 * EPISODE
 
-        resume = [*command[:4], "--resume", str(run), "--steps", "2250", "--ray-address", address,
+        resume = [*command[:4], "--resume", "run", "--steps", "2250", "--ray-address", address,
                   "--actor-resources", '{"worker": 1}', "--learner-resources", '{"head": 1}',
                   "--replay-resources", '{"head": 1}', "--no-progress"]
-        resumed = subprocess.run(resume, capture_output=True, text=True, env=driver_env, timeout=DEADLINE)
+        resumed = subprocess.run(resume, capture_output=True, text=True, env=driver_env, timeout=DEADLINE,
+                                 cwd=driver_cwd)
         assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
         state = json.loads((checkpoints.latest() / "state.json").read_text())
         assert 2250 <= state["env_steps"] < 2250 + 2 * EPISODE
         assert json.loads((run / "run.json").read_text())["status"] == "finished"
+        # Every node wrote into the driver's run folder (the actors on the worker node, the learner on
+        # the head), nothing under the folder the nodes were started in.
+        assert (run / "logs" / "environment_loop" / "logs.csv").is_file(), list((run / "logs").iterdir())
+        assert list(nodes_cwd.iterdir()) == [], list(nodes_cwd.rglob("*"))[:20]
     finally:
         if train is not None and train.poll() is None:
             train.kill()

@@ -6,7 +6,9 @@ sends a signal to the process or to its whole process group (`os.killpg`), and c
 128 + the signal, one `dmpo:` line, run.json "interrupted", no process of the session left, and a
 `--resume` that continues the run (a signal during the final checkpoint of a run at its budget: the
 run waits for it and is `finished`). Each signal, moment, mode and both ways of sending appear at
-least once; the full cross product would cost minutes for no new path.
+least once; the full cross product would cost minutes for no new path. With `--actors`, the private
+cluster's `dmpo-ray-*` folder must be gone too, and a stop while Ray starts (held there, as long as a
+loaded machine's start-up takes) must keep to `--stop-timeout` from the signal.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -46,13 +51,17 @@ def session_processes(sid: int) -> list[psutil.Process]:
 class Training:
     """One `dmpo train` in its own session, its output in files."""
 
-    def __init__(self, tmp_path: Path, run: Path, flags: list[str], hold_step: int | None = None) -> None:
+    def __init__(self, tmp_path: Path, run: Path, flags: list[str], hold_step: int | None = None,
+                 hold_start: str | None = None) -> None:
         self.run, self.out, self.err = run, tmp_path / "stdout", tmp_path / "stderr"
-        if hold_step is not None:
-            self.hold = tmp_path / "hold"
-            env = holding_env(self.hold, final_save_step=hold_step)
+        self.hold = tmp_path / "hold"
+        if hold_step is not None or hold_start is not None:
+            env = holding_env(self.hold, final_save_step=hold_step, start=hold_start)
         else:
             env = child_env()
+        # A temp folder of its own (short: Ray's socket paths must fit in 107 bytes), to see what is left.
+        self.temp = Path(tempfile.mkdtemp(prefix="dmpo-sig-", dir="/tmp"))
+        env["TMPDIR"] = str(self.temp)
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.process = subprocess.Popen([*CLI, "--run-dir", str(run), *flags], stdout=out, stderr=err,
                                             env=env, start_new_session=True)
@@ -108,16 +117,24 @@ def final_save(training: Training) -> bool:
     return (training.hold / "holding").is_file()
 
 
+def start_up_held(training: Training) -> bool:
+    return (training.hold / "starting").is_file()
+
+
 MOMENTS = {"jax": jax_loading, "ray": ray_starting, "first step": first_learner_step,
-           "mid-run": first_checkpoint, "final save": final_save}
+           "mid-run": first_checkpoint, "final save": final_save, "ray held": start_up_held}
+STOP_TIMEOUT = 5
+SLACK = 10  # the cluster's shutdown and the interpreter's exit, on a loaded 2-core machine
 
 CASES = [  # (mode flags, moment, signal, to the whole process group)
     pytest.param([], "jax", signal.SIGINT, False, id="local-jax-SIGINT"),
     pytest.param([], "first step", signal.SIGHUP, True, id="local-first_step-SIGHUP-group"),
     pytest.param([], "mid-run", signal.SIGTERM, False, id="local-mid_run-SIGTERM"),
     pytest.param([], "final save", signal.SIGINT, True, id="local-final_save-SIGINT-group"),
-    pytest.param(["--actors", "1"], "ray", signal.SIGTERM, True, marks=pytest.mark.ray,
-                 id="actors-ray-SIGTERM-group"),
+    # Held after Ray's GCS server started, before its raylet: the start-up would go on (for as long as
+    # the test holds it) but the stop must not wait for it.
+    pytest.param(["--actors", "2", "--stop-timeout", str(STOP_TIMEOUT)], "ray held", signal.SIGTERM, True,
+                 marks=pytest.mark.ray, id="actors-ray_held-SIGTERM-group"),
     pytest.param(["--actors", "1"], "first step", signal.SIGINT, True, marks=pytest.mark.ray,
                  id="actors-first_step-SIGINT-group"),
     pytest.param(["--actors", "1"], "final save", signal.SIGHUP, False, marks=pytest.mark.ray,
@@ -132,12 +149,17 @@ def test_a_signal_at_any_moment_stops_the_run_the_documented_way(tmp_path, mode,
     if signal.getsignal(signum) is signal.SIG_IGN:  # `nohup`: the run would inherit it ignored
         pytest.skip(f"{signal.Signals(signum).name} is ignored in this test process (started under nohup?)")
     run = tmp_path / "run"
-    training = Training(tmp_path, run, [*FLAGS, *mode], hold_step=STEPS if moment == "final save" else None)
+    training = Training(tmp_path, run, [*FLAGS, *mode], hold_step=STEPS if moment == "final save" else None,
+                        hold_start="raylet" if moment == "ray held" else None)
     training.wait_until(lambda: MOMENTS[moment](training), moment)
     training.send(signum, group)
+    signalled = time.monotonic()
     if moment == "final save":
         (training.hold / "go").touch()
-    code = training.finish()
+    # A held start-up is never released: the stop must not wait for it.
+    code = training.finish(timeout=STOP_TIMEOUT + SLACK if moment == "ray held" else 300)
+    if moment == "ray held":
+        assert time.monotonic() - signalled < STOP_TIMEOUT + SLACK
     stderr = training.stderr()
     assert code == 128 + signum, stderr[-3000:]
     # Pendulum's critic support, resolved and announced before training, is not about the signal.
@@ -150,6 +172,8 @@ def test_a_signal_at_any_moment_stops_the_run_the_documented_way(tmp_path, mode,
     assert json.loads((run / "run.json").read_text())["status"] == ended
     wait_for(lambda: not session_processes(training.process.pid), "the run's processes to end", timeout=30,
              period=0.1)
+    assert not list(training.temp.glob("dmpo-ray-*")), list(training.temp.iterdir())  # Ray's folder is gone
+    shutil.rmtree(training.temp, ignore_errors=True)
 
     resumed = subprocess.run([*CLI, "--resume", str(run), "--no-progress"], capture_output=True, text=True,
                              timeout=600, env=child_env())
@@ -158,3 +182,22 @@ def test_a_signal_at_any_moment_stops_the_run_the_documented_way(tmp_path, mode,
     reached = re.search(r"finished: (\d+) env steps|already reached (\d+) env steps", resumed.stdout)
     assert reached and int(reached.group(1) or reached.group(2)) >= STEPS, resumed.stdout
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.ray
+def test_a_distributed_run_killed_outright_leaves_no_process_and_no_ray_folder(tmp_path):
+    """SIGKILL to the process group (a scheduler's, after its grace period) once the private cluster is
+    up: the driver cannot stop Ray, so its reaper does; nothing of the run outlives it."""
+    pytest.importorskip("ray")
+    training = Training(tmp_path, tmp_path / "run", [*FLAGS, "--actors", "2"], hold_start="nodes")
+    training.wait_until(lambda: start_up_held(training), "the cluster up")
+    ray_folders = list(training.temp.glob("dmpo-ray-*"))
+    assert len(ray_folders) == 1 and session_processes(training.process.pid)
+    training.send(signal.SIGKILL, group=True)
+    assert training.finish(timeout=60) == -signal.SIGKILL
+
+    def gone() -> bool:
+        return not session_processes(training.process.pid) and not list(training.temp.glob("dmpo-ray-*"))
+
+    wait_for(gone, "the cluster's processes and folder to go", timeout=60, period=0.1)
+    shutil.rmtree(training.temp, ignore_errors=True)

@@ -156,6 +156,52 @@ def test_a_folder_holding_another_sweep_is_refused(capsys, tmp_path):
     assert code == 2 and "is not a sweep folder" in output
 
 
+def test_a_stopped_trials_env_steps_are_those_its_newest_checkpoint_holds(tmp_path):
+    # Pruned (or stopped) after its evaluation at 200 env steps, the trial wrote a checkpoint at 260.
+    run = make_trial(tmp_path / "sweep", "a=1", 0, (10.0, 20.0), status="interrupted")
+    for name in ("step_000000000100", "step_000000000260", "step_000000000260-1"):
+        (run / "checkpoints" / name).mkdir(parents=True)
+    (run / "checkpoints" / ".step_000000000900.tmp").mkdir()  # being written: not held yet
+    trial = read_trial(run, {}, pruned=[str(run)])
+    assert (trial.status, trial.env_steps, trial.final_return) == ("pruned", 260, 20.0)
+
+
+def test_a_sweep_into_a_folder_another_sweep_holds_is_refused(capsys, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    hold = f"from dmpo.lifecycle.lock import acquire; acquire({str(out)!r}); print(1, flush=True); "
+    holder = subprocess.Popen(  # another sweep, holding the folder's lock as a running sweep does
+        [sys.executable, "-c", hold + "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "1\n"
+        code, output = run_cli(["sweep", str(out), "--", "--steps", "250", *SMALL], capsys)  # it is starting
+        # ... and once it has recorded its settings (the same as this command's: it would be continued).
+        (out / "sweep.json").write_text(json.dumps({"commands": [], "defining": {
+            "train_flags": ["--steps", "250", *SMALL], "search": "grid"}}))
+        code_running, output_running = run_cli(["sweep", str(out), "--", "--steps", "250", *SMALL], capsys)
+    finally:
+        holder.communicate("", timeout=60)
+    refusal = (f"dmpo sweep: error: sweep folder {out} is in use by process {holder.pid} "
+               f"(lock {out / '.lock'}); wait for it to end or stop it first")
+    assert code == 1 and output.strip().splitlines()[-1] == refusal, output
+    assert code_running == 1 and output_running.strip().splitlines()[-1] == refusal, output_running
+    assert not list(tmp_path.glob("out/*/seed-*"))
+
+
+def test_a_ray_address_nothing_answers_is_one_line_and_leaves_no_sweep_folder(capsys, tmp_path):
+    pytest.importorskip("ray.tune")
+    out = tmp_path / "out"
+    argv = ["sweep", str(out), "--ray-address", "127.0.0.1:1", "--", "--steps", "250", *SMALL]
+    code, output = run_cli(argv, capsys)
+    assert code == 1, output
+    assert "Traceback" not in output, output
+    assert output.strip().splitlines() == [
+        "1 trials in " + str(out) + ": 1 start",
+        "dmpo sweep: error: cannot reach a Ray cluster at 127.0.0.1:1 (Connection refused)"], output
+    assert not out.exists()
+
+
 def test_a_points_flags_of_the_previous_dmpo_read_and_a_newer_ones_are_refused(tmp_path):
     from dmpo.sweeps.results import _point_flags
 
@@ -233,6 +279,7 @@ def test_an_interrupted_sweep_resumes_its_trials_from_their_checkpoints(tmp_path
             process.kill()
     assert process.returncode == 130, output[-3000:]
     assert "the same command continues the sweep" in output
+    assert "Tuner.restore" not in output, output[-3000:]  # Tune's own way would not resume the trials
     stopped = [json.loads((run / "run.json").read_text())["status"] for run in find_trials(out)]
     assert stopped == ["interrupted", "interrupted"], output[-3000:]
     again = subprocess.run(command, capture_output=True, text=True, timeout=900)

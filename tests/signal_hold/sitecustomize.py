@@ -16,6 +16,10 @@ other moment of the main thread.
   holds before it runs (`<dir>/evaluating`): a signal during the evaluation at a run's budget.
 - DMPO_TEST_HOLD_IMPORT=MODULE: the first import of MODULE holds before it is looked for
   (`<dir>/importing`): a signal while the command imports its modules, at its first moments.
+- DMPO_TEST_HOLD_START=raylet|nodes: a distributed start-up that takes as long as the test wants (a
+  loaded machine's minute), held (`<dir>/starting`) in the driver after Ray's GCS server started and
+  before its raylet (`raylet`), or once the private cluster is up, before the nodes are created
+  (`nodes`).
 """
 
 import os
@@ -34,6 +38,7 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
     _HOLD_IMPORT = os.environ.get("DMPO_TEST_HOLD_IMPORT")
     _HOLD_EVALUATION = (int(os.environ["DMPO_TEST_HOLD_EVALUATION_STEP"])
                         if "DMPO_TEST_HOLD_EVALUATION_STEP" in os.environ else None)
+    _HOLD_START = os.environ.get("DMPO_TEST_HOLD_START")
     _steps_after_checkpoint = [None]  # None until the first checkpoint of this process is written
 
     def _hold(marker: str) -> None:
@@ -80,6 +85,22 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
     _PATCHES = {"dmpo.lifecycle.checkpoints": _patch_checkpoints}
     if _HOLD_EVALUATION is not None:
         _PATCHES["dmpo.run.local"] = _patch_evaluations
+
+    def _holding_before(module, owner: str, method: str):
+        cls = getattr(module, owner)
+        original = getattr(cls, method)
+
+        def held(self, *args, **kwargs):
+            _hold("starting")
+            return original(self, *args, **kwargs)
+
+        setattr(cls, method, held)
+
+    if _HOLD_START == "raylet":
+        _PATCHES["ray._private.node"] = lambda module: _holding_before(module, "Node", "start_raylet")
+    elif _HOLD_START == "nodes":
+        _PATCHES["dmpo.run.distributed.program"] = (
+            lambda module: _holding_before(module, "DistributedProgram", "start"))
     if _PAUSE_AFTER is not None:
         _PATCHES["dmpo.envs.gym_adapter"] = _patch_gym_steps
 

@@ -129,22 +129,35 @@ def sweep(
             import optuna  # noqa: F401
         except ImportError:
             _fail(f"--search optuna needs Optuna; install it with: {install_hint('sweep')}")
-    from dmpo.sweeps.runner import Resources, main_message, run_sweep
+    from dmpo.sweeps.runner import Resources
 
     resources = Resources(ray_address, num_cpus, cpus_per_trial, gpus_per_trial, max_concurrent, max_failures,
                           custom)
     thresholds = {config.env: threshold} if threshold is not None else None
     command = ["dmpo", "sweep", *sys.argv[2:]] if sys.argv[1:2] == ["sweep"] else ["dmpo", "sweep", str(out)]
-    outcome = run_sweep(
-        spec,
-        resources,
-        scheduler=scheduler,
-        budget=(config.steps, config.eval_every),
-        distributed=bool(config.actors),
-        command=command,
-        resamples=resamples,
-        thresholds=thresholds,
-    )
+    _run(spec, resources, config, scheduler=scheduler, command=command, resamples=resamples,
+         thresholds=thresholds)
+
+
+def _run(spec, resources, config, *, scheduler, command, resamples, thresholds) -> None:
+    from dmpo.run.distributed.cluster import ClusterError
+    from dmpo.sweeps.runner import main_message, run_sweep
+    from dmpo.sweeps.spec import SweepSpecError
+
+    try:
+        outcome = run_sweep(
+            spec,
+            resources,
+            scheduler=scheduler,
+            budget=(config.steps, config.eval_every),
+            distributed=bool(config.actors),
+            command=command,
+            resamples=resamples,
+            thresholds=thresholds,
+        )
+    except (SweepSpecError, ClusterError) as error:  # another sweep holds OUT; no cluster at --ray-address
+        print(f"dmpo sweep: error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     code = main_message(outcome, spec, command)
     if code:
         raise SystemExit(code)

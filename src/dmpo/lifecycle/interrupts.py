@@ -32,11 +32,15 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["CriticalCalls", "Interrupted", "annotate", "critical", "exit_code", "interrupt_on_signals",
-           "message", "starting_up", "training_started", "when_abandoned"]
+from dmpo.lifecycle.deliveries import Deliveries
+
+__all__ = ["CriticalCalls", "Interrupted", "abortable", "annotate", "as_signalled", "critical", "exit_code",
+           "interrupt_on_signals", "message", "starting_up", "stopping_since", "training_started",
+           "when_abandoned"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -73,6 +77,12 @@ class _Guard:
         self.in_hook = False  # inside `redeliver`
         self.resending = False  # `redeliver` sent a swallowed interrupt again
         self.abandon: list[Callable[[], None]] = []
+        # The first signal and its time.monotonic(): a stop's deadline counts from it.
+        self.first_at: float | None = None
+        self.first_signum: int | None = None
+        self.deliveries = 0  # every delivery of one of our signals (`Deliveries`), less those resent
+        self.ignored_lines = 0
+        self.saying = threading.Lock()
 
     def deferring(self) -> bool:
         return self.starting or self.critical_depth > 0
@@ -90,17 +100,36 @@ class _Guard:
                 return
             self.raise_now(signum)
         self.signals += 1
+        if self.first_at is None:
+            self.first_at, self.first_signum = time.monotonic(), signum
         if self.raised or self.pending is not None:
             if signum == signal.SIGINT and self.signals >= 3:
                 _exit_at_once(self, signum)
-            what = "writing the final checkpoint" if self.raised else "waiting for a safe point to stop"
-            _say(f"{signal.Signals(signum).name} ignored: already stopping ({what}); a third Ctrl-C "
-                 "exits at once, keeping the previous checkpoint")
+            self.say_ignored(signum)
             return
         if self.deferring():
             self.pending = signum
             return
         self.raise_now(signum)
+
+    def say_ignored(self, signum: int, upto: int | None = None) -> None:
+        """One line per ignored signal (the handler's count, or `upto` lines), whichever thread says it."""
+        with self.saying:
+            if self.ignored_lines >= (self.signals - 1 if upto is None else upto):
+                return
+            self.ignored_lines += 1
+        what = "writing the final checkpoint" if self.raised else "waiting for a safe point to stop"
+        _say(f"{signal.Signals(signum).name} ignored: already stopping ({what}); a third Ctrl-C "
+             "exits at once, keeping the previous checkpoint")
+
+    def delivered(self, signum: int) -> None:
+        """Each delivery, on the `Deliveries` thread: a third Ctrl-C exits at once even when the main
+        thread, held in a C call, runs the handler once for the second and the third."""
+        if signum in _SIGNALS:
+            self.deliveries += 1
+            if signum == signal.SIGINT and self.deliveries >= 3:
+                self.say_ignored(signum, upto=1)  # the second's line, if its handler has not run yet
+                _exit_at_once(self, signum)
 
     def raise_now(self, signum: int) -> None:
         self.pending = None
@@ -129,6 +158,7 @@ class _Guard:
     def _resend(self, signum: int) -> None:
         def send() -> None:
             if not threading.Event().wait(0.01) and self.resending and _guard is self:
+                self.deliveries -= 1  # the same signal again, not another one
                 os.kill(os.getpid(), signum)
 
         threading.Thread(target=send, daemon=True).start()
@@ -179,8 +209,10 @@ def interrupt_on_signals() -> Iterator[None]:
     previous = {signum: signal.signal(signum, guard) for signum in _SIGNALS
                 if signal.getsignal(signum) is not signal.SIG_IGN}
     previous_hook = sys.unraisablehook
+    deliveries = contextlib.ExitStack()
     if outermost:
         _guard = guard
+        deliveries.enter_context(Deliveries(guard.delivered))
 
         def hook(unraisable: Any) -> None:
             if not guard.redeliver(unraisable):
@@ -194,6 +226,7 @@ def interrupt_on_signals() -> Iterator[None]:
             guard.raise_pending()
     finally:
         if outermost:
+            deliveries.close()
             _guard = None
             sys.unraisablehook = previous_hook
         for signum, old in previous.items():
@@ -219,6 +252,37 @@ def starting_up() -> Iterator[None]:
         raise
     guard.starting = False
     guard.raise_pending()
+
+
+@contextlib.contextmanager
+def abortable() -> Iterator[None]:
+    """A part of `starting_up()` that cleans up after itself when cut short (starting Ray's servers,
+    creating its nodes): a signal that came before or comes inside raises at once, so that a stop keeps
+    to its deadline however long the start-up would take."""
+    guard = _guard if _on_main_thread() else None
+    if guard is None or not guard.starting:
+        yield
+        return
+    guard.starting = False
+    try:
+        guard.raise_pending()
+        yield
+    finally:
+        guard.starting = True
+
+
+def stopping_since() -> float | None:
+    """When (`time.monotonic()`) the run's first signal came; None before one (or outside the block)."""
+    return _guard.first_at if _guard is not None else None
+
+
+def as_signalled(error: KeyboardInterrupt) -> KeyboardInterrupt:
+    """`error` as the run's first signal names it: a library that turns the interrupt raised inside its
+    call into a bare `KeyboardInterrupt` (Ray's `ray.get`) would make a SIGTERM exit as Ctrl-C does."""
+    signum = _guard.first_signum if _guard is not None else None
+    if signum is None or signum == signal.SIGINT or isinstance(error, Interrupted):
+        return error
+    return Interrupted(signum)
 
 
 def training_started() -> None:

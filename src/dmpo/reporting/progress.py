@@ -64,6 +64,11 @@ def format_evaluation(env_steps: int | None, returns: list[float], width: int | 
     count = len(returns)
     mean = sum(returns) / count
     std = (sum((r - mean) ** 2 for r in returns) / count) ** 0.5
+    return format_score(env_steps, mean, std, count, width)
+
+
+def format_score(env_steps: int | None, mean: float, std: float, count: int, width: int | None = None) -> str:
+    """`format_evaluation` of a round known by its mean, (population) std and episode count."""
     where, short = (f" @ {env_steps:,}", f" @ {_short(env_steps)}") if env_steps is not None else ("", "")
     score = f"{mean:.1f} ± {std:.1f}"
     forms = [f"eval{where}: {score} over {count} episode{'s' if count != 1 else ''}",
@@ -192,6 +197,14 @@ class Progress:
         if self.enabled:
             width = self._live.console.width if self._live is not None else None
             self.print(format_evaluation(env_steps, returns, width))
+
+    def evaluation_score(self, env_steps: int | None, mean: float, std: float, count: int) -> None:
+        """`evaluation` of a round known by its mean, (population) std and episode count (a logged row)."""
+        with self._lock:
+            self._eval_return = mean
+        if self.enabled:
+            width = self._live.console.width if self._live is not None else None
+            self.print(format_score(env_steps, mean, std, count, width))
 
     def print(self, line: str) -> None:
         """A line above the live status line (or a plain line off a terminal)."""

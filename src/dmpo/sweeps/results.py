@@ -126,7 +126,7 @@ def read_trial(
         run=run,
         status=status,
         env=env,
-        env_steps=steps[-1] if steps else 0,
+        env_steps=max([*steps[-1:], _checkpointed_steps(run)], default=0),
         final_return=returns[-1] if returns else None,
         best_return=max(returns) if returns else None,
         threshold=threshold,
@@ -137,6 +137,14 @@ def read_trial(
         wall_minutes=walls[-1] / 60 if walls and walls[-1] is not None else None,
         flags=_point_flags(run),
     )
+
+
+def _checkpointed_steps(run: Path) -> int:
+    """The env steps of the run's newest checkpoint (0: none): a trial stopped (pruned, interrupted)
+    after its last evaluation holds more than that evaluation's steps, and resumes from them."""
+    folder = run / "checkpoints"  # complete checkpoints only: one being written has a temporary name
+    names = [path.name[5:].split("-")[0] for path in folder.glob("step_*")] if folder.is_dir() else []
+    return max((int(name) for name in names if name.isdigit()), default=0)
 
 
 @dataclasses.dataclass(frozen=True)

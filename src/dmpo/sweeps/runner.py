@@ -14,13 +14,16 @@ checkpoint is written), and the sweep exits 130; the same command continues it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shlex
+import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from dmpo.sweeps.results import find_trials, read_trial, run_status, write_results
@@ -102,7 +105,9 @@ def check_folder(spec: SweepSpec) -> None:
     added); one line naming what differs otherwise."""
     path = spec.out / _STATE
     if not path.is_file():
-        if spec.out.exists() and any(spec.out.iterdir()):
+        from dmpo.lifecycle.lock import LOCK_NAME  # a sweep starting there holds its lock before sweep.json
+
+        if spec.out.exists() and any(path.name != LOCK_NAME for path in spec.out.iterdir()):
             raise SweepSpecError(
                 f"OUT {spec.out} exists and is not a sweep folder (no {_STATE}); give a new or empty folder"
             )
@@ -115,6 +120,12 @@ def check_folder(spec: SweepSpec) -> None:
         raise SweepSpecError(
             f"OUT {spec.out} holds a sweep made with other settings ({listed}); use another folder"
         )
+
+
+def _without_tune_resume_hint(record: logging.LogRecord) -> bool:
+    """Tune's "Resume experiment with: Tuner.restore(...)" on a stopped sweep: the way to continue a
+    sweep is the same command, which dmpo's own last line gives."""
+    return "Resume experiment with:" not in record.getMessage()
 
 
 def _read_state(path: Path) -> dict:
@@ -218,12 +229,42 @@ def run_sweep(
     thresholds: dict[str, float] | None = None,
 ) -> SweepOutcome:
     """Runs (or continues) the sweep, then writes its results table; `budget` is (steps, eval_every)."""
+    check_folder(spec)
+    made = not spec.out.exists()
+    spec.out.mkdir(parents=True, exist_ok=True)
+    try:
+        with _sweep_lock(spec.out):
+            return _run_locked(spec, resources, scheduler=scheduler, budget=budget, distributed=distributed,
+                               command=command, resamples=resamples, thresholds=thresholds)
+    except BaseException:
+        if made and not (spec.out / _STATE).is_file():  # stopped before anything was recorded: no trace
+            shutil.rmtree(spec.out, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def _sweep_lock(out: Path) -> Iterator[None]:
+    """One sweep at a time in a folder: a second would start the same trials, or restore the same Tune
+    experiment, beside the first."""
+    from dmpo.lifecycle.lock import RunLockedError, acquire, release
+
+    try:
+        acquire(out)
+    except RunLockedError as error:  # (a file system without locks says so in its own words)
+        raise SweepSpecError(str(error).replace("run directory", "sweep folder", 1)) from None
+    try:
+        yield
+    finally:
+        release(out)
+
+
+def _run_locked(spec: SweepSpec, resources: Resources, *, scheduler: str, budget: tuple[int, int],
+                distributed: bool, command: Sequence[str], resamples: int,
+                thresholds: dict[str, float] | None) -> SweepOutcome:
     import ray
 
     from dmpo.run.distributed.cluster import ray_cluster
 
-    check_folder(spec)
-    spec.out.mkdir(parents=True, exist_ok=True)
     plan = [spec.out / p.name / f"seed-{s}" for p in spec.points() for s in spec.seeds]
     if spec.search == "grid":
         counts: dict[str, int] = {}
@@ -234,13 +275,13 @@ def run_sweep(
             f"{len(plan)} trials in {spec.out}: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
             flush=True,
         )
-    _save_state(spec, command)
     # A trial's `dmpo train` must outlive its Ray worker long enough to write its checkpoint: Tune kills
     # the workers of stopped trials after a few seconds, and Ray would kill their child processes too.
     saved_env = os.environ.get(_KILL_CHILDREN)
     os.environ[_KILL_CHILDREN] = "false"
     try:
         with ray_cluster(resources.ray_address, num_cpus=resources.num_cpus) as cluster:
+            _save_state(spec, command)  # once a cluster answers: a sweep that never ran leaves no sweep.json
             common = {
                 "out": str(spec.out.resolve()),
                 "train_flags": list(spec.train_flags),
@@ -252,9 +293,12 @@ def run_sweep(
             # Tune stops the experiment on SIGINT (its handler, installed by `fit`); SIGTERM does the same.
             # Installed after `ray.init`, which sets a SIGTERM handler of its own that exits at once.
             previous = signal.signal(signal.SIGTERM, _as_sigint)
+            tune_log = logging.getLogger("ray.tune.tune")
+            tune_log.addFilter(_without_tune_resume_hint)
             try:
                 _tuner(spec, resources, common, scheduler, budget).fit()
             finally:
+                tune_log.removeFilter(_without_tune_resume_hint)
                 signal.signal(signal.SIGTERM, previous)
             del ray  # imported above so that a missing Ray fails before the cluster is asked for
     finally:

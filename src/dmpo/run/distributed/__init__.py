@@ -11,5 +11,6 @@ counts), `variables` (publishing and asynchronously fetching the target policy),
 `learner_node`, `evaluator` (the nodes), `evaluations` (the driver collecting evaluation rows),
 `options` (program settings and result), `placement` (can the cluster hold every node),
 `node_errors` (a node's own exception, and when not to restart it), `program` (start, monitor,
-restart, stop), `executor` (`RayExecutor`: the cluster and the driver's loop around a program).
+restart, stop), `executor` (`RayExecutor`: the cluster and the driver's loop around a program), `reaper`
+(what stops a private cluster whose driver died outright).
 """

@@ -29,6 +29,10 @@ folders it creates world-writable (0777), the one it is given included, and ever
 process does it again when it starts: so the owner-only folder is the one above Ray's, which no Ray
 process touches, and through which alone the files below can be reached. It is removed when the
 cluster stops, unless `keep_files` asks to keep it for a post-mortem.
+
+A driver killed outright (SIGKILL after a scheduler's grace period) cannot stop its cluster: a reaper
+started with the cluster does it then (`dmpo.run.distributed.reaper`). A start cut short by a signal
+stops what it started itself, before the signal goes on.
 Every private Ray API this needs lives in `dmpo.run.distributed.ray_internals`.
 """
 
@@ -43,7 +47,7 @@ from collections.abc import Iterator
 
 import ray
 
-from dmpo.run.distributed import ray_internals
+from dmpo.run.distributed import ray_internals, reaper
 
 _LOOPBACK = "127.0.0.1"
 
@@ -71,6 +75,7 @@ _AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_agen
 _AGENT_REGISTER_TIMEOUT_MS = "120000"
 _saved_env: dict[str, str | None] | None = None  # the variables above before start_local_cluster
 _private_folder: str | None = None  # the dmpo-ray-* folder of the running private cluster
+_reaper: reaper.Reaper | None = None  # what stops that cluster if this process dies outright
 
 
 def _use_private_token() -> None:
@@ -107,7 +112,7 @@ def stop_local_cluster(*, keep_files: bool = False) -> None:
     """Shuts down the cluster `start_local_cluster` started (waiting for its processes), restores
     this process's environment as it was before and removes the cluster's `dmpo-ray-*` folder (unless
     `keep_files`: then one line says where it is)."""
-    global _private_folder
+    global _private_folder, _reaper
     try:
         ray.shutdown(wait_for_processes=True)
     finally:
@@ -117,18 +122,23 @@ def stop_local_cluster(*, keep_files: bool = False) -> None:
             print(f"dmpo: Ray's session files (logs) of this run are kept in {folder}", flush=True)
         elif folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+        if _reaper is not None:
+            _reaper.finish()
+            _reaper = None
 
 
-def start_local_cluster(num_cpus: int | None = None, *,
-                        object_store_memory: int | None = None) -> ClusterInfo:
-    """Start a private Ray cluster on this machine, reachable from localhost only."""
+def start_local_cluster(num_cpus: int | None = None, *, object_store_memory: int | None = None,
+                        keep_files: bool = False) -> ClusterInfo:
+    """Start a private Ray cluster on this machine, reachable from localhost only (`keep_files`: its
+    session files stay if this process dies outright)."""
     if num_cpus is not None and (not isinstance(num_cpus, int) or num_cpus < 1):
         raise ValueError(f"num_cpus must be a positive integer or None, got {num_cpus!r}")
-    global _private_folder
+    global _private_folder, _reaper
     _use_private_token()
     # Session files (logs, sockets) in a folder only this user can enter (module docstring).
     private_folder = tempfile.mkdtemp(prefix="dmpo-ray-")  # 0700
     try:
+        _reaper = reaper.start(private_folder, keep_files=keep_files)
         with (ray_internals.local_only_binding(), ray_internals.own_process_groups(),
               ray_internals.keep_signal_handlers()):
             context = ray.init(
@@ -144,7 +154,12 @@ def start_local_cluster(num_cpus: int | None = None, *,
                 log_to_driver=True,
                 **{ray_internals.TEMP_DIR_ARGUMENT: os.path.join(private_folder, "ray")},
             )
-    except BaseException:
+    except BaseException:  # e.g. a signal: what started so far is stopped here (its reaper included)
+        with contextlib.suppress(Exception):
+            if ray.is_initialized():
+                ray.shutdown(wait_for_processes=False)
+        reaper.reap(os.environ["RAY_AUTH_TOKEN"], private_folder)
+        _reaper = None
         _restore_environment()
         shutil.rmtree(private_folder, ignore_errors=True)
         raise
@@ -197,7 +212,7 @@ def ray_cluster(address: str | None = None, *, num_cpus: int | None = None,
         yield _joined()
         return
     if address is None:
-        cluster = start_local_cluster(num_cpus)
+        cluster = start_local_cluster(num_cpus, keep_files=keep_files)
     else:  # the cluster's own authentication applies (RAY_AUTH_MODE / a token of the user's)
         _join(address)
         cluster = dataclasses.replace(_joined(), owned=False)

@@ -14,7 +14,8 @@ import dataclasses
 import time
 from typing import Any
 
-from dmpo.lifecycle.interrupts import interrupt_on_signals
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints, read_state
+from dmpo.lifecycle.interrupts import abortable, as_signalled, interrupt_on_signals
 from dmpo.lifecycle.schedule import Due
 from dmpo.reporting.progress import Progress
 from dmpo.reporting.trackers import without_secrets
@@ -37,16 +38,22 @@ class RayExecutor:
         self._final_steps: int | None = None
         self._bar: Progress | None = None
         self._shown = _Shown()
+        self._program_started = False  # program.start() was entered: its nodes (some, maybe) exist
 
     def start(self) -> None:
         run, cluster = self.run, self.run.cluster
         # Built and checked before the cluster starts: the task, the checkpoint, the options.
         self.program = DistributedProgram(run, options=cluster.options, network_factory=self._network_factory)
-        with without_secrets():  # Ray's processes inherit the environment they are started from
-            self._stack.enter_context(ray_cluster(cluster.address, num_cpus=cluster.num_cpus,
-                                                  keep_files=cluster.keep_ray_logs))
-        self._stack.enter_context(interrupt_on_signals())  # Ray installs its own handler
-        self.program.start()
+        # Starting Ray's servers and the nodes may take a minute on a loaded machine: a signal cuts it
+        # short (a cluster cut in half is shut down, nodes created are stopped by `close`), so that a stop
+        # keeps to --stop-timeout from the signal, whatever the moment.
+        with abortable(), _named_signals():
+            with without_secrets():  # Ray's processes inherit the environment they are started from
+                self._stack.enter_context(ray_cluster(cluster.address, num_cpus=cluster.num_cpus,
+                                                      keep_files=cluster.keep_ray_logs))
+            self._stack.enter_context(interrupt_on_signals())  # Ray installs its own handler
+            self._program_started = True
+            self.program.start()
         # As in one process: the live line only with `progress`, evaluation lines always.
         self._bar = self._stack.enter_context(Progress(run.config.steps, enabled=not run.quiet,
                                                        live=run.progress))
@@ -54,11 +61,12 @@ class RayExecutor:
     def train(self) -> None:
         program, on_poll = self.program, self.run.cluster.on_poll
         assert program is not None
-        while not program.poll():
-            self._show()
-            if on_poll is not None:
-                on_poll(program)
-            time.sleep(program.options.poll_seconds)
+        with _named_signals():
+            while not program.poll():
+                self._show()
+                if on_poll is not None:
+                    on_poll(program)
+                time.sleep(program.options.poll_seconds)
         self._show()
         self._final_steps = program.settle()
 
@@ -66,6 +74,13 @@ class RayExecutor:
         if self._final_steps is not None:
             return self._final_steps
         if self.result is not None:
+            # A stopped run continues from its newest checkpoint: the actors' own count went on while the
+            # learner wrote its final one (and a boundary they passed meanwhile may have been saved too).
+            folder = self.run.path / "checkpoints"
+            if self.result.status != "finished" and folder.is_dir():
+                paths = TrainingCheckpoints(folder).paths()
+                if paths:
+                    return read_state(paths[-1]).env_steps
             return int(self.result.counts.get("actor_steps", 0))
         return int(self.program.counts.get("actor_steps", 0)) if self.program is not None else 0
 
@@ -80,12 +95,12 @@ class RayExecutor:
         return result.status, result.stop_reason if result.status != "finished" else None
 
     def interrupted(self) -> None:
-        if self.result is None:
+        if self.result is None and self._program_started:
             self._stop("interrupted")
 
     def close(self, failed: bool = False) -> None:
         try:
-            if self.result is None and self.program is not None:
+            if self.result is None and self._program_started:
                 self._stop("failed" if failed else "interrupted")
         finally:
             self._stack.close()
@@ -101,10 +116,8 @@ class RayExecutor:
     def _stop(self, status: str) -> DistributedResult:
         assert self.program is not None
         self.result = self.program.stop(status)
-        # The final evaluation round runs while the program stops.
-        returns = [value for _, value in self.result.evaluator_returns][self._shown.episodes:]
-        if self._bar is not None:
-            _show_rounds(self.program, self._bar, self._shown, returns)
+        if self._bar is not None:  # the final evaluation round runs while the program stops
+            _show_rounds(self.program, self._bar, self._shown)
         return self.result
 
     def _show(self) -> None:
@@ -112,9 +125,7 @@ class RayExecutor:
         program, bar = self.program, self._bar
         assert program is not None and bar is not None
         counts = program.counts
-        returns = program.evaluation_returns_since(self._shown.episodes)
-        if returns:
-            _show_rounds(program, bar, self._shown, returns)
+        _show_rounds(program, bar, self._shown)
         returns, program.episode_returns[:] = list(program.episode_returns), []
         for value in returns[:-1]:  # each episode's return, as one process records them
             bar.update(last_return=value)
@@ -123,20 +134,31 @@ class RayExecutor:
                    learner_steps=int(counts.get("learner_steps", 0)))
 
 
+@contextlib.contextmanager
+def _named_signals() -> Any:
+    """A SIGTERM that lands inside `ray.get` comes out as a bare KeyboardInterrupt: named again."""
+    try:
+        yield
+    except KeyboardInterrupt as error:
+        named = as_signalled(error)
+        if named is error:
+            raise
+        raise named from None
+
+
 @dataclasses.dataclass
 class _Shown:
-    """How many evaluation episodes and rounds the driver has printed."""
+    """How many evaluation rows the driver has printed."""
 
-    episodes: int = 0
-    rounds: int = 0
+    rows: int = 0
 
 
-def _show_rounds(program: DistributedProgram, bar: Any, shown: _Shown, returns: list[float]) -> None:
-    """Prints each complete round of `eval_episodes` returns as one evaluation line."""
-    per_round = max(program.config.eval_episodes, 1)
-    while len(returns) >= per_round:
-        steps = program.evaluation_steps
-        bar.evaluation(steps[shown.rounds] if shown.rounds < len(steps) else None, returns[:per_round])
-        shown.rounds += 1
-        shown.episodes += per_round
-        returns = returns[per_round:]
+def _show_rounds(program: DistributedProgram, bar: Any, shown: _Shown) -> None:
+    """Prints each evaluation row that reached the driver as one line: the steps and the score its row in
+    logs/evaluator/logs.csv holds (a round lost with its node has no row, and no line)."""
+    rows = program.evaluation_rows
+    for row in rows[shown.rows:]:
+        steps = row.get("actor_steps")
+        bar.evaluation_score(None if steps is None else int(steps), float(row["return_mean"]),
+                             float(row.get("return_std", 0.0)), max(program.config.eval_episodes, 1))
+    shown.rows = len(rows)

@@ -43,6 +43,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dmpo.agent.builder import DMPOBuilder, NetworkFactory
 from dmpo.envs import make_environment_spec
+from dmpo.lifecycle.interrupts import stopping_since
 from dmpo.run.distributed.acting_nodes import ActingNodes, warn
 from dmpo.run.distributed.common import NodeSettings, call_quietly, get_quietly, kill
 from dmpo.run.distributed.counter_service import RemoteCounterService
@@ -76,7 +77,9 @@ class DistributedProgram(ProgramViews):
         self.run = run
         self.config = config
         self.env_factory = run.env_factory
-        self.run_dir = Path(run.path)
+        # Absolute before anything reaches a node: a node resolves a relative path against the folder its
+        # `ray start` ran in, which would scatter the run's files over the cluster.
+        self.run_dir = Path(run.path).absolute()
         self.seed = config.seed
         self.resume = run.resume
         self._use_gpu = use_gpu
@@ -101,7 +104,7 @@ class DistributedProgram(ProgramViews):
                                    checkpointed=run.schedule.checkpointed)
         self._pending: PendingNodes | None = None
         # Checked here, before any cluster starts: the checkpoint and the environment.
-        self._latest_checkpoint = run.checkpoint
+        self._latest_checkpoint = None if run.checkpoint is None else Path(run.checkpoint).absolute()
         probe = self.env_factory(self.seed)
         self.builder = DMPOBuilder(config.agent, make_environment_spec(probe),
                                    network_factory=network_factory)
@@ -315,7 +318,9 @@ class DistributedProgram(ProgramViews):
     def stop(self, status: str = "finished", reason: str | None = None) -> DistributedResult:
         """Stops every node (module docstring) and returns the result; safe after a failure. The
         result's status is `status`, or "failed" when the learner's final checkpoint failed."""
-        left = _seconds_left(self.options.stop_timeout_seconds)  # after it: only what has answered
+        # After the deadline only what has answered counts; a signal's stop counts from the signal (a
+        # scheduler's grace period does), not from the moment the start-up it cut short gave way.
+        left = _seconds_left(self.options.stop_timeout_seconds, since=stopping_since())
         if self.learner is not None:  # the final checkpoint starts first: it is what a signal is for
             call_quietly(self.learner, "stop", self.evaluations)
             self._snapshot_ref = None
@@ -373,7 +378,7 @@ class DistributedProgram(ProgramViews):
         return status, reason
 
 
-def _seconds_left(timeout: float) -> Callable[[], float]:
-    """Seconds left until `timeout` seconds from now (0 once past)."""
-    deadline = time.monotonic() + timeout
+def _seconds_left(timeout: float, since: float | None = None) -> Callable[[], float]:
+    """Seconds left until `timeout` seconds from `since` (a `time.monotonic()`; default now), 0 once past."""
+    deadline = (time.monotonic() if since is None else since) + timeout
     return lambda: max(deadline - time.monotonic(), 0.0)
