@@ -43,3 +43,25 @@ def test_no_private_ray_name_outside_the_internals_module():
              if path.name != "ray_internals.py" and ("ray._" in path.read_text() or
                                                      "from ray._" in path.read_text())]
     assert not users, f"private Ray API used outside dmpo/distributed/ray_internals.py: {users}"
+
+
+RAYLET_REPORT = (  # as ray._private.process_watcher publishes it when a node's raylet dies
+    "Raylet is terminated. Termination is unexpected. Possible reasons include: (1) SIGKILL by the user or "
+    "system OOM killer, (2) Invalid memory access from Raylet causing SIGSEGV or SIGBUS, (3) Other "
+    "termination signals. Last 20 lines of the Raylet logs:\n"
+    + "".join(f"    [state-dump]    NodeManager.handler_{n} - 3 total (0 active)\n" for n in range(20)))
+
+
+def test_a_raylet_death_report_is_printed_once_without_its_log_lines(capsys, monkeypatch):
+    from ray._private import worker
+
+    monkeypatch.setattr(worker, "print_to_stdstream", worker.print_to_stdstream)  # restored after
+    ray_internals.short_raylet_reports()
+    ray_internals.short_raylet_reports()  # a second cluster joined in one process: still one wrapper
+    for _ in range(2):  # the node's dashboard agent and its runtime-env agent both publish it
+        worker.print_to_stdstream({"lines": [RAYLET_REPORT], "pid": "raylet", "is_err": False}, False)
+    worker.print_to_stdstream({"lines": ["an actor's own line"], "pid": 1234, "is_err": False}, False)
+    printed = capsys.readouterr().out
+    assert "[state-dump]" not in printed, printed
+    assert printed.count("Raylet is terminated. Termination is unexpected.") == 1, printed
+    assert "raylet.out" in printed and "an actor's own line" in printed, printed

@@ -164,12 +164,14 @@ def start_local_cluster(num_cpus: int | None = None, *, object_store_memory: int
         shutil.rmtree(private_folder, ignore_errors=True)
         raise
     _private_folder = private_folder
+    ray_internals.short_raylet_reports()
     info = context.address_info
     return ClusterInfo(address=info["address"], session_dir=info.get("session_dir"), owned=True,
                        num_gpus=float(ray.cluster_resources().get("GPU", 0.0)), private_folder=private_folder)
 
 
 def _joined(owned: bool = False) -> ClusterInfo:
+    ray_internals.short_raylet_reports()
     context = ray.get_runtime_context()
     address = context.gcs_address
     return ClusterInfo(address=address, session_dir=ray_internals.session_dir(), owned=owned,

@@ -20,6 +20,11 @@ version, and the test fails naming the missing name when a Ray release moves one
   and the final checkpoint the signal asks for, with them. The driver stops them itself.
 * `ray._private.utils.set_sigterm_handler`: `ray.init` replaces the driver's SIGTERM handler with one
   that exits at once; kept from doing so, so that SIGTERM takes dmpo's stop path at every moment.
+* `ray._private.worker.print_to_stdstream`: how the driver prints what the cluster publishes to it.
+  When a node's raylet dies, each of that node's agents publishes "Raylet is terminated" with the
+  raylet's last 20 log lines (`[state-dump] ...`): about fifty lines, twice. The driver prints the
+  first sentence once; the lines stay in that node's `raylet.out`, and dmpo's own line names the
+  nodes the run lost.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from collections.abc import Iterator
 
 __all__ = ["PRIVATE_NAMES", "TEMP_DIR_ARGUMENT", "WAITING_STATES", "actor_id", "actor_state",
            "keep_signal_handlers", "local_only_binding", "own_process_groups", "reset_auth_caches",
-           "session_dir"]
+           "session_dir", "short_raylet_reports"]
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 TEMP_DIR_ARGUMENT = "_temp_dir"
@@ -43,7 +48,10 @@ PRIVATE_NAMES = (  # (module, attribute path) of every private name used here
     ("ray.actor", "ActorHandle._actor_id"),
     ("ray._private.services", "ConsolePopen"),
     ("ray._private.utils", "set_sigterm_handler"),
+    ("ray._private.worker", "print_to_stdstream"),
 )
+RAYLET_DIED = "Raylet is terminated"
+RAYLET_LOG_TAIL = " Last "  # where Ray's report starts quoting the raylet's log
 WAITING_STATES = ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING")
 """Actor table states of an actor that has no process yet (no place on the cluster, or not yet)."""
 
@@ -133,3 +141,35 @@ def keep_signal_handlers() -> Iterator[None]:
         yield
     finally:
         utils.set_sigterm_handler = original
+
+
+def shorten_raylet_report(message: str) -> str:
+    """A raylet's death report without the log lines it quotes (module docstring)."""
+    if not message.startswith(RAYLET_DIED) or RAYLET_LOG_TAIL not in message:
+        return message
+    head = message[:message.index(RAYLET_LOG_TAIL)].rstrip()
+    return f"{head} Its last log lines are in raylet.out in that node's Ray session folder."
+
+
+def short_raylet_reports() -> None:
+    """From now on this driver prints each raylet death report shortened, and the same report once
+    (module docstring). Idempotent."""
+    from ray._private import worker
+
+    original = worker.print_to_stdstream
+    if getattr(original, "_dmpo_short_reports", False):
+        return
+    printed: set[str] = set()
+
+    def print_to_stdstream(data: dict, ignore_prefix: bool) -> None:
+        lines = data.get("lines") or []
+        if data.get("pid") == "raylet" and lines and str(lines[0]).startswith(RAYLET_DIED):
+            report = shorten_raylet_report(str(lines[0]))
+            if report in printed:
+                return
+            printed.add(report)
+            data = {**data, "lines": [report]}
+        original(data, ignore_prefix)
+
+    print_to_stdstream._dmpo_short_reports = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = print_to_stdstream
