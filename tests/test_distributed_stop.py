@@ -79,7 +79,7 @@ def silent_program(monkeypatch, tmp_path: Path, actors: int) -> tuple[Distribute
     evaluator = Node("evaluator", calls)
     rounds = EvaluationRounds(on_row=lambda index, row: None, held=lambda: False)
     rounds.evaluator, rounds.rows = evaluator, types.SimpleNamespace(drain=clock.wait)
-    nodes = ActingNodes(config, options, seed=0, on_evaluator=rounds.attach)
+    nodes = ActingNodes(config, options, seed=0, on_evaluator=rounds.attach, check_critical=lambda: None)
     nodes.actor_handles = [Node(f"actor{i}", calls) for i in range(actors)]
     nodes._actor_refs = [f"actor{i}.run-ref" for i in range(actors)]
     nodes.evaluator, nodes._evaluator_ref = evaluator, "evaluator.run-ref"

@@ -40,9 +40,12 @@ class ActingNodes:
     """
 
     def __init__(self, config: TrainConfig, options: ProgramOptions, seed: int,
-                 on_evaluator: Callable[[Any], None]) -> None:
+                 on_evaluator: Callable[[Any], None], check_critical: Callable[[], None]) -> None:
         self.config, self.options, self.seed = config, options, seed
         self._on_evaluator = on_evaluator
+        # Before a failed node is replaced: raises the NodeFailure of a learner, replay node or counter
+        # that is gone (the acting node's call to it is then what failed, and replacing it is no use).
+        self._check_critical = check_critical
         self.actor_handles: list[Any] = []
         self._actor_refs: list[Any] = []  # each actor's `run()` call; None once it has ended
         self._actor_generation: list[int] = []
@@ -136,6 +139,7 @@ class ActingNodes:
                 self._replace_actor(index, error)
 
     def _replace_actor(self, index: int, error: BaseException) -> None:
+        self._check_critical()
         self._stop_if_repeated(f"actor {index}", error)
         if self.actor_restarts >= self.options.max_actor_restarts:
             raise NodeFailure(f"actor {index} failed ({describe(error)}) after "
@@ -158,6 +162,7 @@ class ActingNodes:
             self.evaluator_returns.extend(ray.get(self._evaluator_ref))
             self._evaluator_ref = None
         except Exception as error:
+            self._check_critical()
             self._stop_if_repeated("evaluator", error)
             if self._evaluator_generation >= self.options.max_actor_restarts:
                 raise NodeFailure(f"the evaluator failed ({describe(error)}) too often") from error

@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from dmpo.run.distributed.node_errors import describe
+from dmpo.run.distributed.node_errors import describe, node_error
 
 
 class NodeDown(Exception):
@@ -62,16 +62,37 @@ class HealthChecks:
         return answers
 
 
-def culprit_of_learner_failure(replay: Any) -> str:
-    """Which node to name when the learner's call failed: the replay node if it is gone (the learner,
-    waiting on it for data, is usually the first to notice), else the learner."""
-    try:
-        ray.get(replay.ping.remote(), timeout=5.0)
-    except ray.exceptions.RayActorError:
-        return "replay"
-    except Exception:  # slow or unreachable for another reason: do not guess
-        pass
-    return "learner"
+def lost_node(handles: dict[str, Any]) -> tuple[str, BaseException] | None:
+    """The first of `handles` (node name -> Ray actor handle with `ping`) whose process is gone, and
+    Ray's error for it; None when each answers (or is slow: slowness is not guessed at here)."""
+    for node, handle in handles.items():
+        if handle is None:
+            continue
+        try:
+            ray.get(handle.ping.remote(), timeout=5.0)
+        except ray.exceptions.RayActorError as error:
+            return node, error
+        except Exception:
+            pass
+    return None
+
+
+def host_of(_node: Any) -> str:
+    """Run inside a node (`handle.__ray_call__.remote(host_of)`): the Ray node (machine) it lives on."""
+    return ray.get_runtime_context().get_node_id()
+
+
+def wait_for_fate(host: str | None, error: BaseException, limit: float = 60.0) -> None:
+    """After `error` from a node on the machine `host`: when the machine stopped answering (an
+    unavailable actor, a silent health check) and Ray still counts it alive, waits (at most `limit`
+    seconds) until Ray declares it dead, so that a replacement is not placed on it. A process that
+    died on a live machine is not waited for."""
+    unreachable = isinstance(node_error(error), (ray.exceptions.ActorUnavailableError, TimeoutError))
+    deadline = time.monotonic() + limit
+    while host is not None and unreachable and time.monotonic() < deadline:
+        if not any(node["NodeID"] == host and node["Alive"] for node in ray.nodes()):
+            return
+        time.sleep(0.5)
 
 
 def failure_message(node: str, error: BaseException, run_dir: Path) -> str:

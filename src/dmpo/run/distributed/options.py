@@ -9,7 +9,14 @@ from dmpo.config import ConfigError
 
 
 class NodeFailure(RuntimeError):
-    """A node the program cannot run without (learner, replay, counter) failed; the program stopped."""
+    """A node the program cannot run without (learner, replay, counter) failed; the program stopped.
+
+    `node` names that node ("learner", "replay", "counter"; None when acting nodes failed too often)
+    and `error` is what the driver saw of it (Ray's error, or the node's own exception)."""
+
+    def __init__(self, message: str, node: str | None = None, error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.node, self.error = node, error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +46,12 @@ class ProgramOptions:
     """Remote sample calls the learner's prefetch threads keep outstanding."""
     max_actor_restarts: int = 10
     """Replacements of dead actors (in all) before the program gives up."""
+    max_node_restarts: int = 3
+    """Recoveries (in all) of a lost learner, replay node or counter, each from the newest checkpoint,
+    before the run ends `failed` (0: the first such loss ends it)."""
+    node_restart_deadline_seconds: float = 600.0
+    """How long a recovery waits for the cluster to hold the program again (a lost machine's
+    replacement to join); past it the run ends `interrupted` at its newest checkpoint."""
     poll_seconds: float = 1.0
     startup_timeout_seconds: float = 600.0
     """A critical node that has not answered its first health check within this is declared dead."""
@@ -77,12 +90,15 @@ class ProgramOptions:
                      "samples_in_flight"):
             positive_int(name)
         positive_int("max_learner_steps", allow_none=True)
-        check(isinstance(self.max_actor_restarts, int) and self.max_actor_restarts >= 0, "max_actor_restarts",
-              "an integer >= 0")
+        for name in ("max_actor_restarts", "max_node_restarts"):
+            value = getattr(self, name)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            check(whole and value >= 0, name, "an integer >= 0")
         for name in ("evaluator_period_seconds", "checkpoint_period_seconds"):
             value = getattr(self, name)
             check(value is None or value >= 0, name, ">= 0 seconds or None")
         check(self.variable_publish_seconds >= 0, "variable_publish_seconds", ">= 0 seconds")
+        check(self.node_restart_deadline_seconds >= 0, "node_restart_deadline_seconds", ">= 0 seconds")
         for name in ("poll_seconds", "startup_timeout_seconds", "health_timeout_seconds",
                      "stop_timeout_seconds", "final_evaluation_timeout_seconds"):
             check(getattr(self, name) > 0, name, "> 0 seconds")

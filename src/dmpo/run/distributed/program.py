@@ -16,8 +16,8 @@ actors stop themselves once the shared `actor_steps` reaches `steps`, so a run e
 `steps + actors × longest episode` environment steps; `ProgramOptions.max_learner_steps` must be a
 multiple of `sgd_steps_per_call`, so the learner stops exactly there.
 
-Monitoring, per pass: the learner's and the replay node's health (a dead one stops the program with
-`NodeFailure`, never leaving the actors to run alone); the actors' and the evaluator's `run()` calls
+Monitoring, per pass: the learner's, replay node's and counter's health (a lost one ends the program
+with `NodeFailure`, which the executor recovers from); the actors' and the evaluator's `run()` calls
 (a dead actor is replaced with a new seed, up to `max_actor_restarts`: `acting_nodes`); the rounds,
 sent one at a time (`evaluations`); the counter totals; the replay table's counters (in the result).
 
@@ -49,7 +49,7 @@ from dmpo.run.distributed.common import NodeSettings, call_quietly, get_quietly,
 from dmpo.run.distributed.counter_service import RemoteCounterService
 from dmpo.run.distributed.driver_events import DriverEvents
 from dmpo.run.distributed.evaluations import EvaluationRounds
-from dmpo.run.distributed.health import HealthChecks, NodeDown, culprit_of_learner_failure, failure_message
+from dmpo.run.distributed.health import HealthChecks, NodeDown, failure_message, host_of, lost_node
 from dmpo.run.distributed.learner_node import make_learner_node
 from dmpo.run.distributed.node_errors import describe
 from dmpo.run.distributed.options import DistributedResult, NodeFailure, ProgramOptions, check_program
@@ -114,9 +114,11 @@ class DistributedProgram(ProgramViews):
         self.rounds = EvaluationRounds(self._on_evaluation, held=lambda: self.events.stop_requested,
                                        count=restored.evaluations if restored is not None else 0,
                                        on_request=run.schedule.evaluated)
-        self.nodes = ActingNodes(config, self.options, self.seed, on_evaluator=self.rounds.attach)
+        self.nodes = ActingNodes(config, self.options, self.seed, on_evaluator=self.rounds.attach,
+                                 check_critical=self._raise_if_critical_node_lost)
         self.episode_returns: list[float] = []  # training episodes' returns not yet shown (status line)
         self._due_ref: Any = None  # the counter service's `take_due` call in flight
+        self.hosts: dict[str, Any] = {}  # the Ray node ids the learner and the replay node run on (refs)
 
     # ---------------------------------------------------------------------------------------- start
 
@@ -159,6 +161,8 @@ class DistributedProgram(ProgramViews):
             publish_interval=opts.variable_publish_seconds, resources=opts.learner_resources)
         self._learner_ref = self.learner.run.remote(opts.max_learner_steps)
         ray.get(self.counter.set_learner.remote(self.learner))  # before any actor checks the schedule
+        self.hosts = {"learner": self.learner.__ray_call__.remote(host_of),  # asked now, read if lost
+                      "replay": self.replay.__ray_call__.remote(host_of)}
         self.nodes.start(self._settings, self.learner, self.replay, self.counter, evaluator=evaluator)
         self._pending = PendingNodes(self.nodes.placed_nodes, demands)
         self.events.start(self.run.folder)
@@ -218,7 +222,7 @@ class DistributedProgram(ProgramViews):
             try:
                 answers = [ray.get(self._due_ref)]
             except Exception as error:
-                raise NodeFailure(self._failure_message("counter", error)) from error
+                raise self._failure("counter", error) from error
         self._due_ref = None
         events = sorted((event for answer in answers for event in answer[0]), key=lambda event: event[1])
         for _, returns in answers:
@@ -233,7 +237,7 @@ class DistributedProgram(ProgramViews):
                 except Exception as error:
                     if timeout is None:  # stopping: the final checkpoint decides the run's status
                         continue
-                    raise NodeFailure(self._failure_message("learner", error)) from error
+                    raise self._failure("learner", error) from error
                 self.events.checkpoint_written(path)
 
     def request_checkpoint(self) -> None:
@@ -249,7 +253,7 @@ class DistributedProgram(ProgramViews):
             try:
                 ray.get(self._save_ref)
             except Exception as error:
-                raise NodeFailure(self._failure_message("learner", error)) from error
+                raise self._failure("learner", error) from error
         self._checkpoint_wanted = False
         self._save_ref = self.learner.save.remote(self.evaluations, before_steps=self.config.steps)
         self._last_save_time = time.monotonic()
@@ -261,8 +265,10 @@ class DistributedProgram(ProgramViews):
         try:
             self._learner_result = ray.get(self._learner_ref)
         except Exception as error:
-            node = culprit_of_learner_failure(self.replay)
-            raise NodeFailure(self._failure_message(node, error)) from error
+            # The learner, sampling from the replay node and counting on the counter, is usually the
+            # first to notice that one of them is gone: that one is named.
+            lost = lost_node({"replay": self.replay, "counter": self.counter})
+            raise self._failure(lost[0] if lost else "learner", error) from error
         return True
 
     def _check_critical_nodes(self) -> None:
@@ -271,14 +277,18 @@ class DistributedProgram(ProgramViews):
         try:
             answers = self._health.poll()
         except NodeDown as down:
-            raise NodeFailure(self._failure_message(down.node, down.error)) from down.error
+            raise self._failure(down.node, down.error) from down.error
         if "replay" in answers:
             self.replay_history.append((self.elapsed(), answers["replay"]))
         if "counter" in answers:
             self.counts = answers["counter"]
 
-    def _failure_message(self, node: str, error: BaseException) -> str:
-        return failure_message(node, error, self.run_dir)
+    def _raise_if_critical_node_lost(self) -> None:
+        if lost := lost_node({"learner": self.learner, "replay": self.replay, "counter": self.counter}):
+            raise self._failure(*lost) from lost[1]
+
+    def _failure(self, node: str, error: BaseException) -> NodeFailure:
+        return NodeFailure(failure_message(node, error, self.run_dir), node=node, error=error)
 
     def _on_evaluation(self, index: int, row: dict[str, Any]) -> None:
         """Every evaluation row reaches the driver here, once (the same dict the evaluator logged);
@@ -307,6 +317,10 @@ class DistributedProgram(ProgramViews):
         self._take_due(timeout=None, evaluations=rounds, wait=lambda: timeout)
         if self.counter is not None:  # the acting nodes' checks: a video boundary they passed
             self.run.schedule.video_pending = bool(get_quietly(self.counter.video_pending.remote(), timeout))
+        return self.env_steps_now(timeout)
+
+    def env_steps_now(self, timeout: float) -> int:
+        """The run's env steps, asked of the counter (its last health answer if it does not answer)."""
         counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
         return int((counts or self.counts).get("actor_steps", 0))
 
@@ -358,6 +372,13 @@ class DistributedProgram(ProgramViews):
             resumed_from=(self._learner_result or {}).get("resumed_from"), stop_reason=reason,
             last_evaluation=self.events.last_evaluation)
         return result
+
+    def abandon(self) -> None:
+        """Kills every node at once, saving nothing: a recovery continues from the newest checkpoint."""
+        self.nodes.kill()
+        for handle in [self.learner, self.replay, self.counter]:
+            kill(handle)
+        self.events.finish("failed", None, None)
 
     def _wait_for_learner(self, status: str, reason: str | None,
                           left: Any) -> tuple[str, str | None]:
