@@ -132,3 +132,33 @@ def test_keep_ray_logs_without_a_private_cluster_is_one_line_before_anything_sta
     output = capsys.readouterr()
     assert exit_info.value.code == 2 and output.err.startswith(f"dmpo: error: {message}")
     assert output.err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-node-restarts", "2"],
+     "--max-node-restarts bounds the recoveries of Ray nodes; it needs --actors N"),
+    (["--node-restart-deadline", "60"],
+     "--node-restart-deadline bounds the recoveries of Ray nodes; it needs --actors N"),
+    (["--actors", "1", "--max-node-restarts", "-1"], "--max-node-restarts must be an integer >= 0, got -1"),
+    (["--actors", "1", "--node-restart-deadline", "-5"],
+     "--node-restart-deadline must be >= 0 seconds, got -5"),
+])
+def test_recovery_flags_out_of_place_or_range_are_one_line_before_anything_starts(argv, message, capsys,
+                                                                                tmp_path):
+    from dmpo.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--run-dir", str(tmp_path / "run"), *argv])
+    output = capsys.readouterr()
+    assert exit_info.value.code == 2 and output.err.startswith(f"dmpo: error: {message}")
+    assert output.err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_program_options_refuse_a_negative_recovery_bound_or_deadline():
+    from dmpo.distributed import ProgramOptions
+
+    for field, value in (("max_node_restarts", -1), ("max_node_restarts", True), ("max_node_restarts", 1.5),
+                         ("node_restart_deadline_seconds", -0.5)):
+        with pytest.raises(ValueError, match=f"{field} must be"):
+            ProgramOptions(**{field: value})
+    assert ProgramOptions(max_node_restarts=0, node_restart_deadline_seconds=0).max_node_restarts == 0

@@ -10,6 +10,8 @@ suite.
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import re
 import signal
@@ -18,6 +20,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -341,15 +344,21 @@ def alive(processes) -> list[psutil.Process]:
     return out
 
 
-def run_and_kill(tmp_path: Path, kills: list[str]) -> tuple[int, str, list[psutil.Process]]:
+def run_and_kill(tmp_path: Path, kills: list[str], *, steps: int = 10_000_000, flags: tuple[str, ...] = (),
+                 last_ends_run: bool = False, env: dict[str, str] | None = None,
+                 first_kill_when: Callable[[], bool] | None = None) -> tuple[int, str, list[psutil.Process]]:
     """`dmpo train --actors 1` on its own cluster; SIGKILLs the node processes named in `kills`, in
-    order (an actor is waited for to be replaced before the next kill); returns the driver's exit
-    code, its output and every process of its cluster still alive afterwards."""
+    order: an actor is waited for to be replaced before the next kill, a learner, replay node or
+    counter for the run's line that it was recovered and for the new program's actor; a name ending in
+    "!" is killed again as soon as its replacement exists (a kill during the restore itself); with
+    `last_ends_run`, nothing is waited for after the last kill but the driver's exit. The driver runs
+    with `env` (default `child_env()`); the first kill waits for `first_kill_when()`. Returns
+    the driver's exit code, its output and every process of its cluster still alive afterwards."""
     run = tmp_path / "run"
     driver = subprocess.Popen(
         [sys.executable, "-m", "dmpo.cli", "train", "--actors", "1", "--env", "gym:Pendulum-v1",
-         "--steps", "10000000", "--eval-episodes", "1", "--no-progress", *TINY, "--run-dir", str(run)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env())
+         "--steps", str(steps), "--eval-episodes", "1", "--no-progress", *TINY, "--run-dir", str(run),
+         *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env or child_env())
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(driver.stdout.readline, "")), daemon=True)
     reader.start()
@@ -369,15 +378,31 @@ def run_and_kill(tmp_path: Path, kills: list[str]) -> tuple[int, str, list[psuti
                     if part.startswith("--session-dir=")}
         names = {name for p in alive(seen) for name in [p.name()]}
         assert {"gcs_server", "raylet"} <= names and sessions, names  # the check below sees the cluster
-        for title in kills:
+        if first_kill_when is not None:
+            wait_for(lambda: first_kill_when() or driver.poll() is not None, "the moment of the first kill",
+                     timeout=240, period=0.05)
+        for number, kill in enumerate(kills, 1):
+            title = kill.rstrip("!")
             (victim,) = node_processes(root, title)[:1]
+            recovered = "".join(lines).count("node was lost")
             victim.kill()
             print(f"killed {title} (pid {victim.pid})")
-            if title == "ActorNode":
-                wait_for(lambda v=victim: any(p.pid != v.pid for p in node_processes(root, "ActorNode")),
-                         "a replacement actor", timeout=240, period=0.25)
-                seen += root.children(recursive=True)
-        driver.wait(timeout=180)
+            if last_ends_run and number == len(kills):
+                break
+
+            def replaced(v=victim, t=title) -> bool:
+                assert driver.poll() is None, "".join(lines)[-3000:]
+                seen.extend(root.children(recursive=True))
+                return any(p.pid != v.pid for p in node_processes(root, t))
+
+            wait_for(replaced, f"a new {title}", timeout=240, period=0.05 if kill.endswith("!") else 0.25)
+            if title != "ActorNode" and not kill.endswith("!"):
+                wait_for(lambda n=recovered: "".join(lines).count("node was lost") > n, "the recovery line",
+                         timeout=60, period=0.25)
+                actors = {p.pid for p in node_processes(root, "ActorNode")}
+                wait_for(lambda a=actors: {p.pid for p in node_processes(root, "ActorNode")} - a
+                         or driver.poll() is not None, "the new program's actor", timeout=240, period=0.25)
+        driver.wait(timeout=240)
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -399,17 +424,53 @@ def _cmdline(process: psutil.Process) -> list[str]:
 
 
 @pytest.mark.ray
-def test_killed_actor_then_killed_replay_node_stop_the_program_and_leave_no_process(tmp_path):
-    code, output, left = run_and_kill(tmp_path, ["ActorNode", "ReplayService"])
+def test_killed_actor_then_killed_replay_node_stop_the_program_when_no_recovery_is_allowed(tmp_path):
+    code, output, left = run_and_kill(tmp_path, ["ActorNode", "ReplayService"],
+                                      flags=("--max-node-restarts", "0"), last_ends_run=True)
     # The learner, sampling from the dead replay node, is often the first to notice; the program then
     # checks the replay node and names it.
     assert code == 1 and "replay node failed" in output and "dmpo train --resume" in output, output[-3000:]
+    assert "node was lost" not in output, output[-3000:]
     assert not left, [(p.pid, _cmdline(p)) for p in left]
 
 
 @pytest.mark.ray
-def test_killed_learner_stops_the_program_and_leaves_no_process(tmp_path):
-    code, output, left = run_and_kill(tmp_path, ["LearnerNode"])
-    assert code == 1 and "learner node failed" in output, output[-3000:]
-    assert not left, [(p.pid, _cmdline(p)) for p in left]
+def test_a_lost_learner_replay_node_and_counter_are_recovered_and_the_run_finishes(tmp_path):
+    """Each node the program cannot run without, killed in turn: the learner while it writes a
+    checkpoint (held there), again while it restores the one before, then between checkpoints the
+    replay node and the counter. Every loss is one line (and an entry of run.json), the run goes on
+    from the newest complete checkpoint and ends `finished` with its budget, and nothing of its cluster
+    outlives it."""
+    from holds import holding_env  # holds imports this module
 
+    steps, hold = 3000, tmp_path / "hold"
+    kills = ["LearnerNode", "LearnerNode!", "ReplayService", "CounterService"]
+    code, output, left = run_and_kill(tmp_path, kills, steps=steps,
+                                      flags=("--checkpoint-every", "400", "--eval-every", "0",
+                                             "--max-node-restarts", "5"),
+                                      env=holding_env(hold, final_save_step=800),
+                                      first_kill_when=(hold / "holding").is_file)
+    assert code == 0, output[-4000:]
+    recoveries = re.findall(r"dmpo: warning: the (\w+) node was lost \(.*\); the run goes on from "
+                            r"(checkpoint step_\d+|step 0 \(no checkpoint yet\)), (\d+) env steps to redo "
+                            r"\(recovery (\d) of at most 5\)", output)
+    assert [r[0] for r in recoveries] == ["learner", "learner", "replay", "counter"], output[-4000:]
+    assert [int(k) for _, _, _, k in recoveries] == [1, 2, 3, 4]
+    # Killed while writing the checkpoint of step 800: the one before it is what the run went on from.
+    assert recoveries[0][1] == "checkpoint step_000000000400", output[-4000:]
+    run = tmp_path / "run"
+    recorded = json.loads((run / "run.json").read_text())["recoveries"]
+    assert [(r["node"], r["checkpoint"]) for r in recorded] == [
+        (node, origin.removeprefix("checkpoint ") if origin.startswith("checkpoint") else None)
+        for node, origin, _, _ in recoveries]
+    assert [r["env_steps_redone"] for r in recorded] == [int(redone) for _, _, redone, _ in recoveries]
+    assert all(re.fullmatch(r"step_\d{12}", p.name) for p in (run / "checkpoints").iterdir()), \
+        sorted(p.name for p in (run / "checkpoints").iterdir())  # no half-written checkpoint left
+    state = json.loads((TrainingCheckpoints(run / "checkpoints").latest() / "state.json").read_text())
+    assert steps <= state["env_steps"] < steps + 2 * 200, state  # the budget, as one uninterrupted run
+    assert json.loads((run / "run.json").read_text())["status"] == "finished"
+    # The node logs were rewound at each recovery: the redone steps are not logged twice.
+    with open(run / "logs" / "environment_loop" / "logs.csv", newline="") as handle:
+        logged = [float(row["actor_steps"]) for row in csv.DictReader(handle)]
+    assert logged and logged == sorted(logged), logged
+    assert not left, [(p.pid, _cmdline(p)) for p in left]

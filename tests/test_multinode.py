@@ -148,14 +148,42 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
         state = json.loads((checkpoints.latest() / "state.json").read_text())
         assert 2000 <= state["env_steps"] < 2000 + 2 * EPISODE
 
-        resume = [*command[:4], "--resume", "run", "--steps", "2250", "--ray-address", address,
-                  "--actor-resources", '{"worker": 1}', "--learner-resources", '{"head": 1}',
-                  "--replay-resources", '{"head": 1}', "--no-progress"]
-        resumed = subprocess.run(resume, capture_output=True, text=True, env=driver_env, timeout=DEADLINE,
-                                 cwd=driver_cwd)
+        # Resumed with the learner on the worker node: losing that machine loses the learner, and with
+        # no machine that can hold its replacement within --node-restart-deadline, the run ends
+        # `interrupted` at its newest checkpoint and exits 75, for a scheduler to requeue it.
+        resume = [*command[:4], "--resume", "run", "--steps", "4000", "--ray-address", address,
+                  "--actor-resources", '{"worker": 1}', "--replay-resources", '{"head": 1}', "--no-progress"]
+        first = checkpoints.latest()
+        train = subprocess.Popen([*resume, "--learner-resources", '{"worker": 1}', "--node-restart-deadline",
+                                  "5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env=driver_env, cwd=driver_cwd)
+        train_output = Lines(train)
+        waiting.wait_for(lambda: checkpointed() != first, "a checkpoint of the resumed run", DEADLINE, 0.5)
+        holder.stdin.write("kill-worker\n")
+        holder.stdin.flush()
+        assert "ray::LearnerNode" in output.expect("KILLED ")
+        train_output.expect("dmpo: warning: the learner node was lost")
+        waits = train_output.expect("dmpo: warning: waiting up to 5 s for the cluster to hold the learner's")
+        assert "'worker'" in waits, waits
+        assert train.wait(timeout=DEADLINE) == 75, _drain(train_output)
+        train_output.reader.join(timeout=60)
+        printed = _drain(train_output)
+        assert "dmpo: error: the learner node could not be replaced" in printed, printed
+        info = json.loads((run / "run.json").read_text())
+        assert info["status"] == "interrupted" and "could not be replaced" in info["status_reason"], info
+        assert [entry["node"] for entry in info["recoveries"]] == ["learner"], (info["recoveries"], printed)
+        suspended_at = checkpoints.latest()
+        assert suspended_at != first, printed
+        assert json.loads((suspended_at / "state.json").read_text())["env_steps"] < 4000
+        holder.stdin.write("add-worker\n")
+        holder.stdin.flush()
+        output.expect("ADDED")
+
+        resumed = subprocess.run([*resume, "--learner-resources", '{"head": 1}'], capture_output=True,
+                                 text=True, env=driver_env, timeout=DEADLINE, cwd=driver_cwd)
         assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
         state = json.loads((checkpoints.latest() / "state.json").read_text())
-        assert 2250 <= state["env_steps"] < 2250 + 2 * EPISODE
+        assert 4000 <= state["env_steps"] < 4000 + 2 * EPISODE
         assert json.loads((run / "run.json").read_text())["status"] == "finished"
         # Every node wrote into the driver's run folder (the actors on the worker node, the learner on
         # the head), nothing under the folder the nodes were started in.

@@ -38,6 +38,8 @@ def train(
     replay_resources: str | None = None,
     keep_ray_logs: bool = False,
     stop_timeout: float | None = None,
+    max_node_restarts: int | None = None,
+    node_restart_deadline: float | None = None,
 ) -> None:
     """Train DMPO (single process, or on Ray with --actors N).
 
@@ -63,6 +65,12 @@ def train(
       stop_timeout: seconds a stop of --actors waits, in all, for the learner's final checkpoint, the
         actors and the evaluator (default 20); keep it below the grace period of your scheduler
         (SLURM: 30 s between SIGTERM and SIGKILL).
+      max_node_restarts: with --actors: how many times in all a lost learner, replay node or counter is
+        recovered inside the run, from the newest checkpoint (default 3; 0: the first loss ends the run
+        failed, to be continued with --resume).
+      node_restart_deadline: with --actors: seconds a recovery waits for the cluster to hold the lost
+        node again (a machine to join; default 600); past it the run ends interrupted at its newest
+        checkpoint and the command exits 75, for a scheduler to requeue it with --resume.
     """
     from dmpo.config import flags_parsed
     from dmpo.lifecycle.interrupts import exit_code, message
@@ -85,10 +93,12 @@ def train(
               "writes its final checkpoint itself, however long it takes)")
     if stop_timeout is not None and not stop_timeout > 0:
         fail(f"--stop-timeout must be a number of seconds > 0, got {stop_timeout}")
+    _check_recovery_flags(config, max_node_restarts, node_restart_deadline)
     if resume is not None and run_dir is not None and Path(run_dir) != Path(resume):
         fail("--run-dir and --resume name different directories; give only --resume RUN_DIR")
     # A malformed JSON flag fails before anything starts (without the flags, Ray is not imported here).
-    cluster = _cluster_settings(config, ray_address, resources, stop_timeout, keep_ray_logs)
+    cluster = _cluster_settings(config, ray_address, resources, stop_timeout, keep_ray_logs,
+                                max_node_restarts, node_restart_deadline)
     try:
         check_installed(config.track)  # a missing tracker package: one line, before anything starts
     except ConfigError as error:
@@ -122,6 +132,18 @@ train.__doc__ = one_line_args(train.__doc__.replace(
     "RESUMABLE_FLAGS", ", ".join("--" + name.replace("_", "-") for name in RESUMABLE_FIELDS)))
 
 
+def _check_recovery_flags(config: TrainConfig, max_node_restarts: int | None,
+                          node_restart_deadline: float | None) -> None:
+    for flag, value in (("--max-node-restarts", max_node_restarts),
+                        ("--node-restart-deadline", node_restart_deadline)):
+        if value is not None and not config.actors:
+            fail(f"{flag} bounds the recoveries of Ray nodes; it needs --actors N (N >= 1)")
+    if max_node_restarts is not None and max_node_restarts < 0:
+        fail(f"--max-node-restarts must be an integer >= 0, got {max_node_restarts}")
+    if node_restart_deadline is not None and not node_restart_deadline >= 0:
+        fail(f"--node-restart-deadline must be >= 0 seconds, got {node_restart_deadline}")
+
+
 def _check_before_training(config: TrainConfig) -> None:
     """Warnings and checks on the final config (after --resume's flags), before anything starts."""
     from dmpo.cli.flags import budget_warnings
@@ -152,10 +174,10 @@ def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress:
                                                      CheckpointError, ConfigError)
     run_errors: tuple[type[BaseException], ...] = ()
     if config.actors:
-        from dmpo.distributed import NodeFailure, PlacementError
+        from dmpo.distributed import NodeFailure, PlacementError, RunSuspended
         from dmpo.run.distributed.cluster import ClusterError
 
-        usage_errors, run_errors = (*usage_errors, PlacementError), (NodeFailure, ClusterError)
+        usage_errors, run_errors = (*usage_errors, PlacementError), (NodeFailure, ClusterError, RunSuspended)
     run = Run(config, run_dir, resume=resume, progress=progress, cluster=cluster)
     try:
         plan = run.open()
@@ -168,9 +190,10 @@ def _train(config: TrainConfig, run_dir: Path | None, *, resume: bool, progress:
         fail(str(error))
     except run_errors as error:  # after start-up: run.json says "failed" with the same line
         print(f"dmpo: error: {error}", file=sys.stderr)
-        if type(error).__name__ == "NodeFailure":
+        if type(error).__name__ in ("NodeFailure", "RunSuspended"):
             print(f"dmpo: continue with: dmpo train --resume {run.path}", file=sys.stderr)
-        raise SystemExit(1) from error
+        # 75 (EX_TEMPFAIL): the run stopped at a checkpoint for want of a machine; requeue it.
+        raise SystemExit(75 if type(error).__name__ == "RunSuspended" else 1) from error
     finally:
         run.close()
     raise AssertionError("unreachable")
@@ -204,7 +227,9 @@ def _say_plan(plan: Any) -> None:
 
 
 def _cluster_settings(config: TrainConfig, ray_address: str | None, resources: dict[str, str | None],
-                      stop_timeout: float | None, keep_ray_logs: bool) -> Any:
+                      stop_timeout: float | None, keep_ray_logs: bool,
+                      max_node_restarts: int | None = None,
+                      node_restart_deadline: float | None = None) -> Any:
     """The Ray settings of `--actors N` (None for one process); Ray missing is one line."""
     if not config.actors:
         return None
@@ -219,6 +244,10 @@ def _cluster_settings(config: TrainConfig, ray_address: str | None, resources: d
     placement: dict[str, Any] = _parse_resources(resources) if any(resources.values()) else {}
     if stop_timeout is not None:
         placement["stop_timeout_seconds"] = float(stop_timeout)
+    if max_node_restarts is not None:
+        placement["max_node_restarts"] = int(max_node_restarts)
+    if node_restart_deadline is not None:
+        placement["node_restart_deadline_seconds"] = float(node_restart_deadline)
     return ClusterSettings(address=ray_address, options=ProgramOptions(**placement) if placement else None,
                            keep_ray_logs=keep_ray_logs)
 

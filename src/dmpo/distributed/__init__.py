@@ -23,6 +23,7 @@ from dmpo.run.distributed.cluster import ClusterInfo, ray_cluster, start_local_c
 from dmpo.run.distributed.options import DistributedResult, NodeFailure, ProgramOptions
 from dmpo.run.distributed.placement import PlacementError
 from dmpo.run.distributed.program import DistributedProgram
+from dmpo.run.executor import RunSuspended
 from dmpo.run.run import ClusterSettings, Run
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "NodeFailure",
     "PlacementError",
     "ProgramOptions",
+    "RunSuspended",
     "ray_cluster",
     "run_distributed",
     "start_local_cluster",

@@ -14,7 +14,13 @@ from typing import Any, Protocol
 
 from dmpo.lifecycle.schedule import Due
 
-__all__ = ["ClusterSettings", "Executor"]
+__all__ = ["ClusterSettings", "Executor", "RunSuspended"]
+
+
+class RunSuspended(RuntimeError):
+    """The executor cannot go on now, but a resume can later: a distributed node was lost and no
+    machine of the cluster could hold its replacement in time. The `Run` ends `interrupted` at its
+    newest checkpoint (nothing after it was lost that a recovery would not also redo)."""
 
 
 class Executor(Protocol):

@@ -40,7 +40,7 @@ from typing import Any
 
 from dmpo.config import ConfigError, TrainConfig
 from dmpo.lifecycle.callbacks import Callback, CallbackList, RunEvents, default_callbacks
-from dmpo.lifecycle.checkpoints import newest_steps
+from dmpo.lifecycle.checkpoints import newest_steps, read_state
 from dmpo.lifecycle.directory import RunDirectory, check_run_path, new_run_path
 from dmpo.lifecycle.interrupts import (
     annotate,
@@ -56,7 +56,7 @@ from dmpo.lifecycle.schedule import Due, RunSchedule
 from dmpo.lifecycle.status import RunStatus
 from dmpo.lifecycle.task_setup import prepare_task
 from dmpo.reporting.trackers import check_installed
-from dmpo.run.executor import ClusterSettings, Executor
+from dmpo.run.executor import ClusterSettings, Executor, RunSuspended
 
 __all__ = ["ClusterSettings", "Run", "train"]
 
@@ -185,6 +185,18 @@ class Run:
                                       default_callbacks(self.config, self._user_callbacks))
         self.status = RunStatus(self.folder)
 
+    def continue_from(self, checkpoint: Path | None, reached: int, lost: dict[str, Any]) -> int:
+        """Within the run, after its executor lost state (a distributed node that cannot be replaced
+        alone) at `reached` env steps: the run goes on from `checkpoint` (None: from step 0), as a
+        resume of it would, its schedule counted from there; run.json's "recoveries" gets `lost` with
+        the checkpoint and the steps redone. Returns the env steps it continues from."""
+        start = read_state(checkpoint).env_steps if checkpoint is not None else 0
+        self.checkpoint, self.resume = checkpoint, True
+        self.schedule = RunSchedule.of(self.config, start=start)
+        self.folder.record_recovery({**lost, "checkpoint": checkpoint.name if checkpoint else None,
+                                     "env_steps_redone": max(reached - start, 0)})
+        return start
+
     def close(self) -> None:
         """Releases the run's lock (`train()` does at its end)."""
         self._lock.close()
@@ -283,6 +295,11 @@ class Run:
                 raise error from interrupt
             self._end("interrupted")
             annotate(interrupt, self._resumable_steps(executor.env_steps()), self.path)
+            executor.close()
+            raise
+        except RunSuspended as suspended:  # its newest checkpoint is where a resume continues
+            self._end("interrupted", str(suspended))
+            suspended.env_steps = self._resumable_steps(0)  # type: ignore[attr-defined]
             executor.close()
             raise
         except BaseException as error:

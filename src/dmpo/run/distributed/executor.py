@@ -5,6 +5,12 @@ line shows the shared counts and the evaluator's latest return, and always stops
 cluster it started. The `Run` decides the sequence (`dmpo.run.executor.Executor`): the acting nodes
 check the run's schedule at their episode ends (through the counter service); at the end the `Run`'s
 final events are asked of the program (`settle`, then the final round), which then stops the nodes.
+
+A lost learner, replay node or counter is recovered inside the run, up to
+`ProgramOptions.max_node_restarts` times: every node of the program is killed, and a new program
+continues from the newest checkpoint (learner state, replay contents when saved, counts) as a resume
+would, its node logs rewound there; one line says which node, from which checkpoint, and how many env
+steps are redone. A node's own exception (not a lost process) is not recovered: it would come again.
 """
 
 from __future__ import annotations
@@ -19,9 +25,15 @@ from dmpo.lifecycle.interrupts import abortable, as_signalled, interrupt_on_sign
 from dmpo.lifecycle.schedule import Due
 from dmpo.reporting.progress import Progress
 from dmpo.reporting.trackers import without_secrets
+from dmpo.run.distributed.acting_nodes import warn
 from dmpo.run.distributed.cluster import ray_cluster
-from dmpo.run.distributed.options import DistributedResult
+from dmpo.run.distributed.common import get_quietly
+from dmpo.run.distributed.health import wait_for_fate
+from dmpo.run.distributed.node_errors import describe, is_transient
+from dmpo.run.distributed.options import DistributedResult, NodeFailure, ProgramOptions
+from dmpo.run.distributed.placement import PlacementError
 from dmpo.run.distributed.program import DistributedProgram
+from dmpo.run.executor import RunSuspended
 
 __all__ = ["RayExecutor"]
 
@@ -39,6 +51,7 @@ class RayExecutor:
         self._bar: Progress | None = None
         self._shown = _Shown()
         self._program_started = False  # program.start() was entered: its nodes (some, maybe) exist
+        self.recoveries: list[dict[str, Any]] = []  # one per lost learner, replay node or counter
 
     def start(self) -> None:
         run, cluster = self.run, self.run.cluster
@@ -59,16 +72,85 @@ class RayExecutor:
                                                        live=run.progress))
 
     def train(self) -> None:
-        program, on_poll = self.program, self.run.cluster.on_poll
-        assert program is not None
+        on_poll = self.run.cluster.on_poll
+        assert self.program is not None
         with _named_signals():
-            while not program.poll():
-                self._show()
-                if on_poll is not None:
-                    on_poll(program)
-                time.sleep(program.options.poll_seconds)
+            while True:
+                try:
+                    while not self.program.poll():
+                        self._show()
+                        if on_poll is not None:
+                            on_poll(self.program)
+                        time.sleep(self.program.options.poll_seconds)
+                    break
+                except NodeFailure as failure:
+                    lost: NodeFailure | None = failure
+                    while lost is not None:  # a node lost again while the new program starts
+                        lost = self._recover(lost)
         self._show()
-        self._final_steps = program.settle()
+        self._final_steps = self.program.settle()
+
+    def _recover(self, failure: NodeFailure) -> NodeFailure | None:
+        """A new program from the newest checkpoint in place of one that lost a node it cannot run
+        without (module docstring); re-raises `failure` when that is not to be recovered, and returns
+        the failure of a new program that lost a node while it started."""
+        program = self.program
+        assert program is not None
+        limit = program.options.max_node_restarts
+        lost = failure.node in ("learner", "replay", "counter") and failure.error is not None and (
+            is_transient(failure.error) or isinstance(failure.error, TimeoutError))
+        if not lost or len(self.recoveries) >= limit:
+            raise failure
+        reached = program.env_steps_now(timeout=2.0)
+        host = get_quietly(program.hosts[failure.node], 0.5) if failure.node in program.hosts else None
+        program.abandon()
+        wait_for_fate(host, failure.error)  # a replacement must not go to a machine being lost
+        checkpoint = TrainingCheckpoints(self.run.path / "checkpoints").latest()
+        start = self.run.continue_from(checkpoint, reached, {"node": failure.node,
+                                                             "error": describe(failure.error)})
+        redone = max(reached - start, 0)
+        self.recoveries.append({"node": failure.node, "error": describe(failure.error),
+                                "checkpoint": checkpoint.name if checkpoint else None, "redone": redone})
+        origin = f"checkpoint {checkpoint.name}" if checkpoint is not None else "step 0 (no checkpoint yet)"
+        warn(f"the {failure.node} node was lost ({describe(failure.error)}); the run goes on from {origin}, "
+             f"{redone} env steps to redo (recovery {len(self.recoveries)} of at most {limit})")
+        self._program_started = False  # its nodes are gone: nothing for a stop to stop until a start
+        self._shown = _Shown()
+        with abortable():
+            try:
+                self._start_again(program.options, failure.node)
+            except NodeFailure as again:
+                return again
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                return NodeFailure(f"the program could not start again: {describe(error)}", node="learner",
+                                   error=error)
+        return None
+
+    def _start_again(self, options: ProgramOptions, node: str) -> None:
+        """A new program, started once the cluster can hold it (a lost machine's replacement may still
+        be joining), up to `options.node_restart_deadline_seconds`; past that, `RunSuspended`."""
+        seconds = options.node_restart_deadline_seconds
+        deadline, said = time.monotonic() + seconds, False
+        # Built once (the task probed, the checkpoint read); its start checks the cluster first.
+        self.program = DistributedProgram(self.run, options=options, network_factory=self._network_factory)
+        while True:
+            try:
+                self._program_started = True
+                self.program.start()
+                return
+            except PlacementError as short:
+                self._program_started = False
+                if time.monotonic() >= deadline:
+                    raise RunSuspended(f"the {node} node could not be replaced within {seconds:g} s "
+                                       "(node_restart_deadline_seconds), the run stopped at its newest "
+                                       f"checkpoint: {short}") from None
+                if not said:
+                    warn(f"waiting up to {seconds:g} s for the cluster to hold the {node}'s replacement: "
+                         f"{short}")
+                    said = True
+                time.sleep(options.poll_seconds)
 
     def env_steps(self) -> int:
         if self._final_steps is not None:
@@ -111,7 +193,8 @@ class RayExecutor:
             return {"env_steps": 0, "last_eval": None, "counts": {}}
         last = result.last_evaluation or (result.evaluation_rows[-1] if result.evaluation_rows else None)
         return {"env_steps": int(result.counts.get("actor_steps", 0)), "last_eval": last,
-                "counts": result.counts, "wall_seconds": result.wall_seconds, "result": result}
+                "counts": result.counts, "wall_seconds": result.wall_seconds, "result": result,
+                "recoveries": list(self.recoveries)}
 
     def _stop(self, status: str) -> DistributedResult:
         assert self.program is not None
