@@ -319,11 +319,6 @@ class DistributedProgram(ProgramViews):
             self.run.schedule.video_pending = bool(get_quietly(self.counter.video_pending.remote(), timeout))
         return self.env_steps_now(timeout)
 
-    def env_steps_now(self, timeout: float) -> int:
-        """The run's env steps, asked of the counter (its last health answer if it does not answer)."""
-        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
-        return int((counts or self.counts).get("actor_steps", 0))
-
     def request_final_evaluation(self, steps: int, film: bool) -> None:
         """Queues the final round the `Run` asked for (sent while the program stops)."""
         if self.evaluator is not None:

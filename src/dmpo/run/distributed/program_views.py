@@ -8,6 +8,8 @@ from typing import Any
 
 import ray
 
+from dmpo.run.distributed.common import get_quietly
+
 
 class ProgramViews:
     """Read-only views of a `DistributedProgram` (its attributes are set by the program)."""
@@ -15,7 +17,14 @@ class ProgramViews:
     builder: Any
     rounds: Any
     nodes: Any
+    counter: Any
+    counts: dict[str, Any]
     _started_at: float | None
+
+    def env_steps_now(self, timeout: float) -> int:
+        """The run's env steps, asked of the counter (its last health answer if it does not answer)."""
+        counts = get_quietly(self.counter.get_counts.remote(), timeout) if self.counter else None
+        return int((counts or self.counts).get("actor_steps", 0))
 
     @property
     def env_spec(self) -> Any:
