@@ -122,19 +122,6 @@ KEEP = "--keep-ray-logs keeps the files of the private Ray cluster that --actors
 @pytest.mark.parametrize("argv, message", [
     (["--keep-ray-logs"], KEEP + "it needs --actors N (N >= 1)"),
     (["--keep-ray-logs", "--actors", "1", "--ray-address", "127.0.0.1:1"], KEEP + "with --ray-address"),
-])
-def test_keep_ray_logs_without_a_private_cluster_is_one_line_before_anything_starts(argv, message, capsys,
-                                                                                  tmp_path):
-    from dmpo.cli.main import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["train", "--run-dir", str(tmp_path / "run"), *argv])
-    output = capsys.readouterr()
-    assert exit_info.value.code == 2 and output.err.startswith(f"dmpo: error: {message}")
-    assert output.err.count("\n") == 1 and not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize("argv, message", [
     (["--max-node-restarts", "2"],
      "--max-node-restarts bounds the recoveries of Ray nodes; it needs --actors N"),
     (["--node-restart-deadline", "60"],
@@ -143,8 +130,8 @@ def test_keep_ray_logs_without_a_private_cluster_is_one_line_before_anything_sta
     (["--actors", "1", "--node-restart-deadline", "-5"],
      "--node-restart-deadline must be >= 0 seconds, got -5"),
 ])
-def test_recovery_flags_out_of_place_or_range_are_one_line_before_anything_starts(argv, message, capsys,
-                                                                                tmp_path):
+def test_cluster_flags_out_of_place_or_range_are_one_line_before_anything_starts(argv, message, capsys,
+                                                                                 tmp_path):
     from dmpo.cli.main import main
 
     with pytest.raises(SystemExit) as exit_info:
