@@ -51,11 +51,15 @@ def test_a_file_system_without_flock_is_one_line_naming_path_and_mount(tmp_path,
     assert is_mine_or_free(tmp_path)  # where nobody can lock, nobody is seen holding it
 
 
-def test_dmpo_no_lock_runs_without_the_lock_and_stays_reentrant(tmp_path, monkeypatch):
+def test_dmpo_no_lock_runs_without_the_lock_file_and_still_refuses_a_second_run_in_this_process(
+        tmp_path, monkeypatch):
     monkeypatch.setattr(fcntl, "flock", no_flock)
     monkeypatch.setenv(lock.NO_LOCK_ENV, "1")
-    with run_lock(tmp_path), run_lock(tmp_path):
+    with run_lock(tmp_path):
         assert is_mine_or_free(tmp_path)
+        with pytest.raises(lock.RunLockedError, match="in use by this process"):
+            with run_lock(tmp_path):
+                pass
     assert not lock._held
     assert not (tmp_path / ".lock").exists()  # no lock file: none was taken
 

@@ -180,7 +180,10 @@ def test_a_second_process_is_refused_naming_the_holder_and_its_temporary_folders
         holder.kill()
         holder.wait(30)
     assert is_mine_or_free(run)  # the kernel dropped the lock of the killed holder
-    with run_lock(run), run_lock(run):  # re-entrant in one process
+    with run_lock(run):
+        with pytest.raises(RunLockedError, match=f"in use by this process [(]{os.getpid()}[)]"):
+            with run_lock(run):  # taken once: a second take in the same process is refused too
+                pass
         assert is_mine_or_free(run)
         TrainingCheckpoints(run / "checkpoints")  # the lock holder removes a killed save's leftovers
     assert not (run / "checkpoints" / ".step_in_progress").exists()

@@ -6,9 +6,9 @@ process fails at once with `RunLockedError` naming the holder's pid (written int
 The kernel drops a flock when its holder exits, even on `kill -9`, so a stale lock never blocks a
 resume. Readers (`dmpo eval`, `dmpo plot`) take no lock.
 
-The lock is re-entrant within one process (the CLI takes it before it reads the checkpoints, the
-trainer takes it again): a second flock on a new file descriptor of the same file would conflict
-with the first on Linux, so this module keeps one descriptor per run directory and a count.
+The `Run` (`dmpo.run.run`) takes it once, in `open()`. It is not re-entrant: a second take of the
+same run directory in the same process (a run not closed, two runs of a notebook into one folder) is
+refused like another process's, naming this process.
 
 File systems without `flock` (Lustre mounted without `-o flock`, NFS without a lock manager) make it
 fail with ENOLCK, EOPNOTSUPP or ENOSYS: `RunLockUnsupportedError` then names the lock file and its
@@ -34,7 +34,7 @@ __all__ = ["LOCK_NAME", "NO_LOCK_ENV", "RunLockUnsupportedError", "RunLockedErro
 LOCK_NAME = ".lock"
 NO_LOCK_ENV = "DMPO_NO_LOCK"
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # what file systems without flock answer
-_held: dict[str, tuple[int | None, int]] = {}  # resolved run directory -> (file descriptor, depth)
+_held: dict[str, int | None] = {}  # resolved run directory -> its lock file's descriptor (None: no lock)
 
 
 class RunLockedError(RuntimeError):
@@ -76,11 +76,10 @@ def acquire(run_dir: str | os.PathLike[str]) -> None:
     """Takes the lock of `run_dir` (an existing folder) or raises `RunLockedError`."""
     key = _key(run_dir)
     if key in _held:
-        fd, depth = _held[key]
-        _held[key] = (fd, depth + 1)
-        return
+        raise RunLockedError(f"run directory {run_dir} is in use by this process ({os.getpid()}): a run "
+                             "into it is still open (close it, or use another run directory)")
     if _lock_disabled():
-        _held[key] = (None, 1)
+        _held[key] = None
         return
     lock_file = Path(run_dir) / LOCK_NAME
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
@@ -100,16 +99,11 @@ def acquire(run_dir: str | os.PathLike[str]) -> None:
         raise
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
-    _held[key] = (fd, 1)
+    _held[key] = fd
 
 
 def release(run_dir: str | os.PathLike[str]) -> None:
-    key = _key(run_dir)
-    fd, depth = _held[key]
-    if depth > 1:
-        _held[key] = (fd, depth - 1)
-        return
-    del _held[key]
+    fd = _held.pop(_key(run_dir))
     if fd is None:  # taken with DMPO_NO_LOCK: nothing to release
         return
     with contextlib.suppress(OSError):
