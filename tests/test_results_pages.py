@@ -133,3 +133,19 @@ def test_readme_results_are_what_the_commands_under_them_print(printed):
         cells = [f"{bold}{median(task + suffix, kind, metric)}{bold}"
                  for task in ("cartpole-swingup", "walker-walk")]
         assert f"| {label} | {cells[0]} | {cells[1]} |" in readme, label
+
+
+def test_no_file_a_user_reads_or_runs_names_a_folder_of_one_machine():
+    """Commands, logs and recorded results name folders as `$OUT`, `.venv` or a peer's variable, never
+    a developer machine's own folders (which no reader has)."""
+    machine_path = re.compile(r"(?<![\w$.])/(?:work|home|root|Users)/[A-Za-z]")
+    roots = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "Makefile", *[
+        ROOT / folder for folder in ("docs", "src", "benchmarks", "examples", ".ci")]]
+    found = []
+    for root in roots:
+        for path in [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()):
+            if path.suffix in {".png", ".gif", ".mp4", ".onnx", ".msgpack", ".pyc"}:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            found += [f"{path.relative_to(ROOT)}: {match.group(0)}" for match in machine_path.finditer(text)]
+    assert not found, found[:20]
