@@ -30,7 +30,7 @@ def holding_env(folder: Path, *, final_save_step: int | None = None,
         extra["DMPO_TEST_HOLD_STEP"] = str(final_save_step)
     if pause_after_checkpoint is not None:
         extra["DMPO_TEST_PAUSE_AFTER_CHECKPOINT"] = str(pause_after_checkpoint)
-    if start is not None:  # "raylet" or "nodes": a distributed start-up held (signal_hold's docstring)
+    if start is not None:  # "raylet", "nodes" or "recovery": a start held (signal_hold's docstring)
         extra["DMPO_TEST_HOLD_START"] = start
     env = child_env(**extra)
     env["PYTHONPATH"] = os.pathsep.join([str(HOLD_MODULE), env["PYTHONPATH"]])

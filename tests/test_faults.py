@@ -346,13 +346,16 @@ def alive(processes) -> list[psutil.Process]:
 
 def run_and_kill(tmp_path: Path, kills: list[str], *, steps: int = 10_000_000, flags: tuple[str, ...] = (),
                  last_ends_run: bool = False, env: dict[str, str] | None = None,
-                 first_kill_when: Callable[[], bool] | None = None) -> tuple[int, str, list[psutil.Process]]:
+                 first_kill_when: Callable[[], bool] | None = None,
+                 then: Callable[[subprocess.Popen], None] | None = None,
+                 ) -> tuple[int, str, list[psutil.Process]]:
     """`dmpo train --actors 1` on its own cluster; SIGKILLs the node processes named in `kills`, in
     order: an actor is waited for to be replaced before the next kill, a learner, replay node or
     counter for the run's line that it was recovered and for the new program's actor; a name ending in
     "!" is killed again as soon as its replacement exists (a kill during the restore itself); with
     `last_ends_run`, nothing is waited for after the last kill but the driver's exit. The driver runs
-    with `env` (default `child_env()`); the first kill waits for `first_kill_when()`. Returns
+    with `env` (default `child_env()`); the first kill waits for `first_kill_when()`; `then(driver)`
+    is called after the kills. Returns
     the driver's exit code, its output and every process of its cluster still alive afterwards."""
     run = tmp_path / "run"
     driver = subprocess.Popen(
@@ -402,6 +405,8 @@ def run_and_kill(tmp_path: Path, kills: list[str], *, steps: int = 10_000_000, f
                 actors = {p.pid for p in node_processes(root, "ActorNode")}
                 wait_for(lambda a=actors: {p.pid for p in node_processes(root, "ActorNode")} - a
                          or driver.poll() is not None, "the new program's actor", timeout=240, period=0.25)
+        if then is not None:
+            then(driver)
         driver.wait(timeout=240)
     finally:
         if driver.poll() is None:
@@ -473,4 +478,35 @@ def test_a_lost_learner_replay_node_and_counter_are_recovered_and_the_run_finish
     with open(run / "logs" / "environment_loop" / "logs.csv", newline="") as handle:
         logged = [float(row["actor_steps"]) for row in csv.DictReader(handle)]
     assert logged and logged == sorted(logged), logged
+    assert not left, [(p.pid, _cmdline(p)) for p in left]
+
+
+@pytest.mark.ray
+def test_a_stop_while_a_lost_learner_is_replaced_ends_the_run_interrupted_at_its_newest_checkpoint(tmp_path):
+    """SIGTERM while the driver recovers a lost learner (held after the recovery's line, before the new
+    program starts): the command ends within --stop-timeout, `interrupted` at the newest checkpoint,
+    and nothing of its cluster outlives it."""
+    from holds import has_checkpoint, holding_env
+
+    hold, run = tmp_path / "hold", tmp_path / "run"
+    stopped: list[float] = []
+
+    def stop(driver: subprocess.Popen) -> None:
+        wait_for(lambda: (hold / "starting").is_file() or driver.poll() is not None, "the recovery",
+                 timeout=120, period=0.05)
+        driver.send_signal(signal.SIGTERM)
+        stopped.append(time.monotonic())
+
+    code, output, left = run_and_kill(tmp_path, ["LearnerNode"], last_ends_run=True, then=stop,
+                                      flags=("--checkpoint-every", "400", "--eval-every", "0",
+                                             "--stop-timeout", "10"),
+                                      env=holding_env(hold, start="recovery"),
+                                      first_kill_when=lambda: has_checkpoint(run))
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert stopped and time.monotonic() - stopped[0] < 10 + 30, output[-3000:]
+    assert "the learner node was lost" in output, output[-3000:]
+    newest = TrainingCheckpoints(run / "checkpoints").latest()
+    steps = json.loads((newest / "state.json").read_text())["env_steps"]
+    assert f"dmpo: interrupted at {steps} env steps; resume with: dmpo train --resume {run}" in output, output
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
     assert not left, [(p.pid, _cmdline(p)) for p in left]

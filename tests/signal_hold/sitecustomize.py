@@ -19,7 +19,7 @@ other moment of the main thread.
 - DMPO_TEST_HOLD_START=raylet|nodes: a distributed start-up that takes as long as the test wants (a
   loaded machine's minute), held (`<dir>/starting`) in the driver after Ray's GCS server started and
   before its raylet (`raylet`), or once the private cluster is up, before the nodes are created
-  (`nodes`).
+  (`nodes`); `recovery`: a recovery of a lost node held after its line, before its new program starts.
 """
 
 import os
@@ -101,6 +101,9 @@ if os.environ.get("DMPO_TEST_HOLD_DIR"):
     elif _HOLD_START == "nodes":
         _PATCHES["dmpo.run.distributed.program"] = (
             lambda module: _holding_before(module, "DistributedProgram", "start"))
+    elif _HOLD_START == "recovery":
+        _PATCHES["dmpo.run.distributed.executor"] = (
+            lambda module: _holding_before(module, "RayExecutor", "_start_again"))
     if _PAUSE_AFTER is not None:
         _PATCHES["dmpo.envs.gym_adapter"] = _patch_gym_steps
 
