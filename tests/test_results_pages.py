@@ -40,9 +40,12 @@ def printed(benchmark_script):
             elif script == "benchmarks/side_by_side.py" and args[0] == "--summarise":
                 outputs[command] = "\n".join(side_by_side.summary_markdown(json.loads((ROOT / a).read_text()))
                                              for a in args[1:])
+            elif script == "benchmarks/chaos_soak.py" and args[0] == "--summarise":
+                soak = json.loads((ROOT / args[1]).read_text())
+                outputs[command] = benchmark_script("chaos_soak").table(soak)
             else:
-                raise AssertionError(f"no way to run {command!r} here: name recorded.py or side_by_side.py "
-                                     "--summarise")
+                raise AssertionError(f"no way to run {command!r} here: name recorded.py, side_by_side.py "
+                                     "--summarise or chaos_soak.py --summarise")
         return outputs[command]
 
     return run
