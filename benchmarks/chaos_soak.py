@@ -389,7 +389,8 @@ def table(result: dict[str, Any]) -> str:
     verified = sum(c["verified"] for c in result["checkpoints"])
     growth = result["rss_growth_after_warmup"]
     worst = max(growth.items(), key=lambda item: abs(item[1][2])) if growth else ("-", [0, 0, 0.0])
-    finals = [u["final"]["return_mean"] for u in result["undisturbed"] if u.get("final")]
+    finals = [f"{u['final']['return_mean']:.1f} (seed {u['seed']}, {u['final']['env_steps']})"
+              for u in result["undisturbed"] if u.get("final") and u.get("status") == "finished"]
     kinds = ", ".join(f"{kind} {sum(f['kind'] == kind for f in faults)}"
                       for kind in [*KINDS, "worker-node"] if any(f["kind"] == kind for f in faults))
     final = result["final"] or {}
@@ -406,7 +407,7 @@ def table(result: dict[str, Any]) -> str:
         f"({worst[0]}) |",
         f"| final evaluation (env steps) | {final.get('return_mean', float('nan')):.1f} "
         f"({final.get('env_steps', '-')}) |",
-        f"| undisturbed seeds' final evaluations | {', '.join(f'{v:.1f}' for v in finals) or '-'} |",
+        f"| undisturbed runs' final evaluations (env steps) | {', '.join(finals) or '-'} |",
     ]
     lines += ["", "| process | RSS after warm-up (MiB) | RSS at the end (MiB) | growth |",
               "|---|---:|---:|---:|"]

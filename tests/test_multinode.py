@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import queue
+import re
 import secrets
 import shutil
 import subprocess
@@ -145,6 +146,9 @@ def test_two_node_cluster_places_actors_survives_losing_their_node_and_resumes(t
         printed = "".join(train_output.seen)
         assert "[state-dump]" not in printed, printed[-4000:]
         assert printed.count("Raylet is terminated") <= 1, printed[-4000:]
+        # One replacement per actor of the lost machine: none is placed on it while it is dying.
+        replaced = re.findall(r"actor \d failed .*; a new one takes its place", printed)
+        assert len(replaced) == 2, printed[-4000:]
         state = json.loads((checkpoints.latest() / "state.json").read_text())
         assert 2000 <= state["env_steps"] < 2000 + 2 * EPISODE
 

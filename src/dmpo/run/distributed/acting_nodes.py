@@ -6,8 +6,10 @@ differs), up to `ProgramOptions.max_actor_restarts` replacements in all; the eva
 up to as many. A node whose own code failed the same way twice in a row is not restarted a third
 time: the run stops with that exception (`node_errors.RepeatedFailures`), as one process would.
 
-Losing the learner, the replay table or the counters stops the run instead (`health`); those are
-the program's own (`program.DistributedProgram`).
+A node lost with its machine is replaced once the machine is declared dead (`health.wait_for_fate`):
+a replacement started earlier would go to the dying machine and be lost, and replaced, again.
+Losing the learner, the replay table or the counters ends the program instead, which the executor
+recovers from its newest checkpoint (`executor.RayExecutor`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dmpo.config import TrainConfig
 from dmpo.run.distributed.actor import make_actor_node
 from dmpo.run.distributed.common import NodeSettings, call_quietly, get_quietly, kill
 from dmpo.run.distributed.evaluator import make_evaluator_node
+from dmpo.run.distributed.health import host_of, wait_for_fate
 from dmpo.run.distributed.node_errors import RepeatedFailures, describe, node_error, remote_traceback
 from dmpo.run.distributed.options import NodeFailure, ProgramOptions
 from dmpo.utils.seeds import ROLE_ACTOR, ROLE_EVALUATOR, node_seed
@@ -57,6 +60,7 @@ class ActingNodes:
         self.evaluator_returns: list[tuple[int, float]] = []
         self._failures = RepeatedFailures()  # a node failing the same way twice is not restarted again
         self._nodes: tuple[NodeSettings, Any, Any, Any] | None = None
+        self._hosts: dict[str, Any] = {}  # node name -> the Ray node (machine) it runs on (a ref)
 
     def start(self, settings: NodeSettings, learner: Any, replay: Any, counter: Any, evaluator: bool) -> None:
         """Starts `config.actors` actors, and the evaluator when `evaluator`."""
@@ -116,6 +120,7 @@ class ActingNodes:
             resources=self.options.actor_resources)
         self.actor_handles[index] = handle
         self._actor_refs[index] = handle.run.remote()
+        self._hosts[f"actor {index}"] = handle.__ray_call__.remote(host_of)
 
     def _start_evaluator(self) -> None:
         assert self._nodes is not None, "start() first"
@@ -125,6 +130,7 @@ class ActingNodes:
             episodes_per_round=max(self.config.eval_episodes, 1),
             period_seconds=self.options.evaluator_period_seconds, resources=self.options.actor_resources)
         self._evaluator_ref = self.evaluator.run.remote()
+        self._hosts["evaluator"] = self.evaluator.__ray_call__.remote(host_of)
         self._on_evaluator(self.evaluator)
 
     def _check_actors(self) -> None:
@@ -140,6 +146,7 @@ class ActingNodes:
 
     def _replace_actor(self, index: int, error: BaseException) -> None:
         self._check_critical()
+        wait_for_fate(get_quietly(self._hosts.get(f"actor {index}"), 0.5), error)
         self._stop_if_repeated(f"actor {index}", error)
         if self.actor_restarts >= self.options.max_actor_restarts:
             raise NodeFailure(f"actor {index} failed ({describe(error)}) after "
@@ -163,6 +170,7 @@ class ActingNodes:
             self._evaluator_ref = None
         except Exception as error:
             self._check_critical()
+            wait_for_fate(get_quietly(self._hosts.get("evaluator"), 0.5), error)
             self._stop_if_repeated("evaluator", error)
             if self._evaluator_generation >= self.options.max_actor_restarts:
                 raise NodeFailure(f"the evaluator failed ({describe(error)}) too often") from error
