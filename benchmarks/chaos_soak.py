@@ -268,17 +268,21 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     return {"exit": driver.returncode, "wall_seconds": round(wall, 1), "status": info["status"],
             "recoveries": info.get("recoveries", []), "faults": watch.faults,
             "checkpoints": list(watch.checkpoints.values()), "rss": watch.rss, "final": final_evaluation(run),
-            "command": command}
+            "evaluations": evaluations(run), "command": command}
+
+
+def evaluations(run: Path) -> list[list[float]]:
+    """[env steps, mean return] of every evaluation row the run logged."""
+    path = run / "logs" / "evaluator" / "logs.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [[int(float(row["actor_steps"])), float(row["return_mean"])] for row in csv.DictReader(handle)]
 
 
 def final_evaluation(run: Path) -> dict[str, Any] | None:
-    path = run / "logs" / "evaluator" / "logs.csv"
-    if not path.is_file():
-        return None
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    return {"env_steps": int(float(rows[-1]["actor_steps"])), "return_mean": float(rows[-1]["return_mean"])} \
-        if rows else None
+    rows = evaluations(run)
+    return {"env_steps": rows[-1][0], "return_mean": rows[-1][1]} if rows else None
 
 
 def rss_growth(rows: list[list[Any]], warmup: float, window: float = 600.0) -> dict[str, list[float]]:
@@ -353,7 +357,8 @@ def undisturbed(args: argparse.Namespace, runs: list[tuple[int, subprocess.Popen
         info = json.loads((run / "run.json").read_text())
         wall = (datetime.fromisoformat(info["end_time"]) - datetime.fromisoformat(info["start_time"]))
         results.append({"seed": seed, "exit": process.returncode, "status": info["status"],
-                        "wall_seconds": wall.total_seconds(), "final": final_evaluation(run)})
+                        "wall_seconds": wall.total_seconds(), "final": final_evaluation(run),
+                        "evaluations": evaluations(run)})
         print(f"undisturbed seed {seed}: {results[-1]}", flush=True)
     return results
 
@@ -382,9 +387,26 @@ def main() -> None:
     print(table(result))
 
 
+def same_steps(result: dict[str, Any], every: int = 10_000) -> list[str]:
+    """A row per undisturbed run: its evaluation and the soak's at the last evaluation boundary both
+    reached (`every`: `dmpo train`'s default --eval-every, which the runs keep)."""
+    rows = []
+    mine = {steps // every: (steps, value) for steps, value in result.get("evaluations", [])}
+    for other in result["undisturbed"]:
+        theirs = {steps // every: (steps, value) for steps, value in other.get("evaluations", [])}
+        if common := sorted(set(mine) & set(theirs)):
+            (a, soak), (b, undisturbed) = mine[common[-1]], theirs[common[-1]]
+            rows.append(f"| evaluation near {common[-1] * every:,} env steps: soak ({a:,}) / undisturbed "
+                        f"seed {other['seed']} ({b:,}) | {soak:.1f} / {undisturbed:.1f} |")
+    return rows
+
+
 def table(result: dict[str, Any]) -> str:
     faults = result["faults"]
-    survived = sum(f["answered_after"] is not None for f in faults) if result["status"] == "finished" else 0
+    # Survived: the run's line for the fault came, and the run went on (a later checkpoint, or the end).
+    last_checkpoint = max((c["seconds"] for c in result["checkpoints"]), default=0.0)
+    survived = sum(f["answered_after"] is not None and (result["status"] == "finished"
+                                                         or last_checkpoint > f["seconds"]) for f in faults)
     redone = sum(r.get("env_steps_redone", 0) for r in result["recoveries"])
     verified = sum(c["verified"] for c in result["checkpoints"])
     growth = result["rss_growth_after_warmup"]
@@ -399,7 +421,7 @@ def table(result: dict[str, Any]) -> str:
         f"| run | exit {result['exit']}, run.json `{result['status']}`, "
         f"{result['wall_seconds'] / 60:.1f} min |",
         f"| faults injected | {len(faults)} ({kinds}) |",
-        f"| faults survived (the run's line for it came, the run finished) | {survived} of {len(faults)} |",
+        f"| faults survived (the run's line for it came, the run went on) | {survived} of {len(faults)} |",
         f"| recoveries in run.json | {len(result['recoveries'])} |",
         f"| env steps redone | {redone} |",
         f"| checkpoints written / verified when they appeared | {len(result['checkpoints'])} / {verified} |",
@@ -408,6 +430,7 @@ def table(result: dict[str, Any]) -> str:
         f"| final evaluation (env steps) | {final.get('return_mean', float('nan')):.1f} "
         f"({final.get('env_steps', '-')}) |",
         f"| undisturbed runs' final evaluations (env steps) | {', '.join(finals) or '-'} |",
+        *same_steps(result),
     ]
     lines += ["", "| process | RSS after warm-up (MiB) | RSS at the end (MiB) | growth |",
               "|---|---:|---:|---:|"]
