@@ -20,7 +20,7 @@ import dataclasses
 import time
 from typing import Any
 
-from dmpo.lifecycle.checkpoints import TrainingCheckpoints, read_state
+from dmpo.lifecycle.checkpoints import TrainingCheckpoints, newest_steps, read_state
 from dmpo.lifecycle.interrupts import abortable, as_signalled, interrupt_on_signals
 from dmpo.lifecycle.schedule import Due
 from dmpo.reporting.progress import Progress
@@ -164,6 +164,8 @@ class RayExecutor:
                 if paths:
                     return read_state(paths[-1]).env_steps
             return int(self.result.counts.get("actor_steps", 0))
+        if not self._program_started:  # before a program starts, or between two (a recovery): the steps
+            return newest_steps(self.run.path / "checkpoints") or 0  # the run continues from
         return int(self.program.counts.get("actor_steps", 0)) if self.program is not None else 0
 
     def evaluate(self, film: bool) -> None:
