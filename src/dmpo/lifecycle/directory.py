@@ -216,11 +216,12 @@ class RunDirectory:
         info.update(status="starting", resumes=[*info.get("resumes", []), entry])
         atomic_write_json(self.info_path, {**RUN_INFO.header(), **info})
 
-    def record_recovery(self, entry: Mapping[str, Any]) -> None:
+    def record_recovery(self, entry: Mapping[str, Any]) -> dict[str, Any]:
         """Appends `entry` (time added) to run.json's "recoveries": a node the run lost and went on
-        without a restart of its command (`dmpo.run.distributed.executor`)."""
-        info = self.info()
-        self.update_info(recoveries=[*info.get("recoveries", []), {"time": _now_iso(), **entry}])
+        without a restart of its command (`dmpo.run.distributed.executor`). Returns what it wrote."""
+        recorded = {"time": _now_iso(), **entry}
+        self.update_info(recoveries=[*self.info().get("recoveries", []), recorded])
+        return recorded
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"

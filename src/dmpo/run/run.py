@@ -185,17 +185,16 @@ class Run:
                                       default_callbacks(self.config, self._user_callbacks))
         self.status = RunStatus(self.folder)
 
-    def continue_from(self, checkpoint: Path | None, reached: int, lost: dict[str, Any]) -> int:
+    def continue_from(self, checkpoint: Path | None, reached: int, lost: dict[str, Any]) -> dict[str, Any]:
         """Within the run, after its executor lost state (a distributed node that cannot be replaced
         alone) at `reached` env steps: the run goes on from `checkpoint` (None: from step 0), as a
-        resume of it would, its schedule counted from there; run.json's "recoveries" gets `lost` with
-        the checkpoint and the steps redone. Returns the env steps it continues from."""
+        resume of it would, its schedule counted from there. Returns the entry run.json's "recoveries"
+        gets: `lost` with the time, the checkpoint and the env steps redone."""
         start = read_state(checkpoint).env_steps if checkpoint is not None else 0
         self.checkpoint, self.resume = checkpoint, True
         self.schedule = RunSchedule.of(self.config, start=start)
-        self.folder.record_recovery({**lost, "checkpoint": checkpoint.name if checkpoint else None,
-                                     "env_steps_redone": max(reached - start, 0)})
-        return start
+        return self.folder.record_recovery({**lost, "checkpoint": checkpoint.name if checkpoint else None,
+                                            "env_steps_redone": max(reached - start, 0)})
 
     def close(self) -> None:
         """Releases the run's lock (`train()` does at its end)."""

@@ -51,7 +51,7 @@ class RayExecutor:
         self._bar: Progress | None = None
         self._shown = _Shown()
         self._program_started = False  # program.start() was entered: its nodes (some, maybe) exist
-        self.recoveries: list[dict[str, Any]] = []  # one per lost learner, replay node or counter
+        self.recoveries: list[dict[str, Any]] = []  # run.json's entry of each lost learner, replay, counter
 
     def start(self) -> None:
         run, cluster = self.run, self.run.cluster
@@ -106,14 +106,12 @@ class RayExecutor:
         program.abandon()
         wait_for_fate(host, failure.error)  # a replacement must not go to a machine being lost
         checkpoint = TrainingCheckpoints(self.run.path / "checkpoints").latest()
-        start = self.run.continue_from(checkpoint, reached, {"node": failure.node,
-                                                             "error": describe(failure.error)})
-        redone = max(reached - start, 0)
-        self.recoveries.append({"node": failure.node, "error": describe(failure.error),
-                                "checkpoint": checkpoint.name if checkpoint else None, "redone": redone})
+        self.recoveries.append(self.run.continue_from(checkpoint, reached, {
+            "node": failure.node, "error": describe(failure.error)}))
         origin = f"checkpoint {checkpoint.name}" if checkpoint is not None else "step 0 (no checkpoint yet)"
         warn(f"the {failure.node} node was lost ({describe(failure.error)}); the run goes on from {origin}, "
-             f"{redone} env steps to redo (recovery {len(self.recoveries)} of at most {limit})")
+             f"{self.recoveries[-1]['env_steps_redone']} env steps to redo (recovery {len(self.recoveries)} "
+             f"of at most {limit})")
         self._program_started = False  # its nodes are gone: nothing for a stop to stop until a start
         self._shown = _Shown()
         with abortable():

@@ -352,12 +352,10 @@ class DistributedProgram(ProgramViews):
             self.replay_history.append((self.elapsed(), replay_stats))
         frames = get_quietly(self.replay.frame_stats.remote(), left()) if self.replay else None
         call_quietly(self.replay, "close")
-        self.nodes.kill()
-        for handle in [self.learner, self.replay, self.counter]:
-            kill(handle)
+        self._kill_nodes()
         if reason is None:
             reason = self.events.stop_reason  # a callback's stop (e.g. --stop-at-return)
-        result = DistributedResult(
+        return DistributedResult(
             status=status, counts=dict(counts or self.counts), learner=dict(self._learner_result or {}),
             actors=sorted(self.nodes.actor_results, key=lambda r: r["index"]),
             actor_restarts=self.actor_restarts, evaluator_returns=list(self.nodes.evaluator_returns),
@@ -366,14 +364,16 @@ class DistributedProgram(ProgramViews):
             wall_seconds=self.elapsed(), run_dir=str(self.run_dir),
             resumed_from=(self._learner_result or {}).get("resumed_from"), stop_reason=reason,
             last_evaluation=self.events.last_evaluation)
-        return result
 
     def abandon(self) -> None:
         """Kills every node at once, saving nothing: a recovery continues from the newest checkpoint."""
+        self._kill_nodes()
+        self.events.finish("failed", None, None)
+
+    def _kill_nodes(self) -> None:
         self.nodes.kill()
         for handle in [self.learner, self.replay, self.counter]:
             kill(handle)
-        self.events.finish("failed", None, None)
 
     def _wait_for_learner(self, status: str, reason: str | None,
                           left: Any) -> tuple[str, str | None]:
