@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,6 +75,44 @@ def test_retention_never_deletes_the_newest_verified_checkpoint(tmp_path):
     newer = checkpoints.save(4000, learner_state(4.0), state(4000))
     written = checkpoints.save(2500, learner_state(2.5), state(2500))  # after a fallback, say
     assert checkpoints.paths() == [written, newer]
+
+
+def test_a_folder_retention_deletes_is_whole_or_gone_for_a_reader_meanwhile(tmp_path, monkeypatch):
+    """Another process lists the checkpoints, then reads one while a save prunes it (the driver
+    reporting what the learner node wrote): at every moment of the deletion the folder it listed either
+    reads or no longer exists, never one whose state.json is already gone."""
+    import shutil
+
+    from dmpo.lifecycle import retention
+    from dmpo.lifecycle.checkpoints import read_state
+
+    checkpoints = TrainingCheckpoints(tmp_path, keep=1)
+    checkpoints.save(1000, learner_state(1.0), state(1000))
+    listed = checkpoints.paths()  # the reader's listing, before the next save
+    real_rmtree = shutil.rmtree
+    seen = []
+
+    def rmtree_file_by_file(path, ignore_errors=False):
+        for file in sorted(p for p in Path(path).rglob("*") if p.is_file()):
+            file.unlink()  # as rmtree does, one entry after another; the reader looks after each
+            for folder in listed:
+                seen.append(folder.exists())
+                if folder.exists():
+                    read_state(folder)  # raises on a half-deleted folder
+        real_rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(retention.shutil, "rmtree", rmtree_file_by_file)
+    kept = checkpoints.save(2000, learner_state(2.0), state(2000))
+    assert checkpoints.paths() == [kept] and seen and not any(seen)
+    assert [p.name for p in tmp_path.iterdir()] == [kept.name]  # nothing left beside it
+
+
+def test_a_folder_a_kill_left_half_deleted_is_cleared_by_the_next_holder(tmp_path):
+    checkpoints = TrainingCheckpoints(tmp_path, keep=1)
+    kept = checkpoints.save(1000, learner_state(1.0), state(1000))
+    (tmp_path / ".removing-step_000000000500-123" / "learner").mkdir(parents=True)
+    TrainingCheckpoints(tmp_path, keep=1)
+    assert [p.name for p in tmp_path.iterdir()] == [kept.name]
 
 
 # ------------------------------------------------------------------------------------ format versions

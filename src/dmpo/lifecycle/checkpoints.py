@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from dmpo.lifecycle.lock import is_mine_or_free
-from dmpo.lifecycle.retention import prune
+from dmpo.lifecycle.retention import REMOVING_PREFIX, prune
 from dmpo.utils.checkpointing import (
     CheckpointError,
     checkpoint_file_name,
@@ -206,8 +206,9 @@ class TrainingCheckpoints:
         # Folders left by a run killed mid-save; while another process holds the run (`dmpo.lifecycle.lock`)
         # they may be its save in progress, so only a run's lock holder (or nobody) removes them.
         if is_mine_or_free(self.directory.parent):
-            for stray in self.directory.glob(f"{_TEMP_PREFIX}*"):
-                shutil.rmtree(stray, ignore_errors=True)
+            for prefix in (_TEMP_PREFIX, REMOVING_PREFIX):  # and folders a kill left half-deleted
+                for stray in self.directory.glob(f"{prefix}*"):
+                    shutil.rmtree(stray, ignore_errors=True)
 
     def _entries(self) -> list[tuple[int, int, Path]]:
         return _complete(self.directory)

@@ -8,7 +8,9 @@ Rules, newest first by (step, index):
   `.corrupt-<name>` (hidden from `latest()`, its bytes kept for a post-mortem) and reported once,
   by that move, with a warning;
 * the newest `keep` verified folders are kept (the one just written counts as verified), the older
-  ones deleted.
+  ones deleted: each is first renamed to `.removing-<name>-<pid>` (one atomic step), then its files
+  deleted, so that another process listing and reading checkpoints meanwhile (the driver reporting one
+  the learner node wrote) finds a whole folder or none, never one whose state.json is already gone.
 
 So the newest verified checkpoint is never deleted by pruning. Only a folder that would be kept is
 verified (each once per process, `checkpoints.verify` caches by file stats); older ones are deleted
@@ -17,6 +19,7 @@ unread.
 
 from __future__ import annotations
 
+import os
 import shutil
 import warnings
 from collections.abc import Callable, Sequence
@@ -25,9 +28,21 @@ from typing import Any
 
 from dmpo.utils.checkpointing import CheckpointError
 
-__all__ = ["CORRUPT_PREFIX", "prune"]
+__all__ = ["CORRUPT_PREFIX", "REMOVING_PREFIX", "prune", "remove"]
 
 CORRUPT_PREFIX = ".corrupt-"
+REMOVING_PREFIX = ".removing-"
+
+
+def remove(path: Path) -> None:
+    """Deletes the folder `path` as readers see it at once (see the module docstring); a folder already
+    gone is no error."""
+    target = path.with_name(f"{REMOVING_PREFIX}{path.name}-{os.getpid()}")
+    try:
+        path.rename(target)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(target, ignore_errors=True)
 
 
 def _move_aside(path: Path, error: CheckpointError) -> None:
@@ -49,7 +64,7 @@ def prune(paths: Sequence[Path], just_written: Path, keep: int,
         if path == just_written:
             kept.append(path)
         elif len(kept) >= keep:
-            shutil.rmtree(path, ignore_errors=True)
+            remove(path)
         else:
             try:
                 verify(path)
