@@ -27,6 +27,8 @@ train: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/lint-imports --no-cache
+	@# A merge's conflict markers left in a tracked file.
+	@! git grep -nE '^(<<<<<<<|>>>>>>>) ' -- . || (echo "conflict markers left by a merge" && false)
 
 # The documentation site (mkdocs.yml, docs/): --strict fails on a broken link, a missing page or a
 # docstring reference mkdocstrings cannot resolve. Output in site/ (ignored by git). Not --quiet: with
