@@ -74,6 +74,21 @@ def test_final_events_add_what_the_last_boundary_did_not_cover():
     assert schedule.final_events(1200) == Due(checkpoint=1200)
 
 
+def test_a_video_boundary_crossed_after_the_last_check_films_the_final_evaluation():
+    """The budget reached mid-episode: the boundary at 400 was never checked, the final round at 676
+    is the next evaluation after it."""
+    schedule = RunSchedule(total_steps=400, eval_every=250, video_every=400)
+    assert schedule.check(300) == Due(evaluation=300)  # before the video boundary: not filmed
+    schedule.evaluated(300)
+    assert schedule.final_events(676) == Due(evaluation=676, checkpoint=676, video=676)
+    filmed_at_check = RunSchedule(total_steps=400, eval_every=250, video_every=400)
+    assert filmed_at_check.check(500) == Due(evaluation=500, video=500)
+    filmed_at_check.evaluated(500)
+    assert filmed_at_check.final_events(676) == Due(evaluation=676, checkpoint=676)  # filmed once only
+    stopped = RunSchedule(total_steps=400, eval_every=250, video_every=400)
+    assert stopped.final_events(676, stopped_early=True) == Due(checkpoint=676)  # no round: no video
+
+
 def test_a_run_without_checkpoints_or_evaluations_schedules_none():
     schedule = RunSchedule(total_steps=1000, eval_every=0, checkpoint_every=100, checkpoints=False)
     assert not schedule.check(500)

@@ -11,7 +11,8 @@ end of the run.
 
 Videos (`video_every`): a video boundary films the run's next evaluation, the first of the very
 episodes it scores (`Due.video` is set on the check, or the final events, whose evaluation is filmed).
-Both modes film the same evaluations, at the same environment steps.
+A video boundary crossed after the last check (the budget reached mid-episode) still films the final
+evaluation: it is the next one. Both modes film the same evaluations, at the same environment steps.
 
 At the end of a run (`final_events`): one final evaluation unless the last one already evaluated
 these very steps, and one final checkpoint unless the last one already holds them. A periodic
@@ -127,6 +128,8 @@ class RunSchedule:
     def final_events(self, env_steps: int, *, stopped_early: bool = False) -> Due:
         """What the end of a run writes: the final evaluation (none after a callback's stop, which
         ends the run as it is) and the final checkpoint, each unless the last one was at these steps."""
+        if self.videos.due(env_steps) is not None:  # crossed since the last check: the final one films it
+            self.video_pending = True
         evaluation = (env_steps if self.evaluations.every and not stopped_early
                       and self.last_evaluation != env_steps else None)
         checkpoint = env_steps if self.checkpoints_on and self.last_checkpoint != env_steps else None

@@ -75,10 +75,13 @@ class CounterService:
             returns, self._returns = self._returns, []
             return due, returns
 
-    def video_pending(self) -> bool:
-        """Whether a video boundary passed since the last evaluation found due (the final one is filmed)."""
+    def video_boundaries(self) -> tuple[bool, int | None]:
+        """What the acting nodes' checks did with the video boundaries, for the driver's final events:
+        whether one passed since the last evaluation found due, and the next one not crossed yet."""
         with self._schedule_lock:
-            return bool(self._schedule is not None and self._schedule.video_pending)
+            if self._schedule is None:
+                return False, None
+            return bool(self._schedule.video_pending), self._schedule.videos.next
 
     def increment(self, **counts: Number) -> dict[str, Number]:
         return self._counter.increment(**counts)

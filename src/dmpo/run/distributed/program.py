@@ -315,8 +315,10 @@ class DistributedProgram(ProgramViews):
         timeout = self.options.stop_timeout_seconds
         rounds = self.evaluator is not None and not self.events.stop_requested
         self._take_due(timeout=None, evaluations=rounds, wait=lambda: timeout)
-        if self.counter is not None:  # the acting nodes' checks: a video boundary they passed
-            self.run.schedule.video_pending = bool(get_quietly(self.counter.video_pending.remote(), timeout))
+        if self.counter is not None:  # the acting nodes' checks: the video boundaries they crossed
+            videos = get_quietly(self.counter.video_boundaries.remote(), timeout)
+            if videos is not None:  # the final events go on from there (one crossed since: filmed)
+                self.run.schedule.video_pending, self.run.schedule.videos.next = videos
         return self.env_steps_now(timeout)
 
     def request_final_evaluation(self, steps: int, film: bool) -> None:
