@@ -65,3 +65,36 @@ def test_a_raylet_death_report_is_printed_once_without_its_log_lines(capsys, mon
     assert "[state-dump]" not in printed, printed
     assert printed.count("Raylet is terminated. Termination is unexpected.") == 1, printed
     assert "raylet.out" in printed and "an actor's own line" in printed, printed
+
+
+def test_every_node_is_made_without_ray_task_events(monkeypatch):
+    """Ray records each call to an actor in its GCS unless the actor is made with task events off; the
+    nodes make many calls a second, which grew the GCS process by hundreds of MiB an hour
+    (benchmarks/gcs_memory.py). Every node factory makes its actor with them off."""
+    from dmpo.run.distributed import actor, counter_service, evaluator, learner_node, replay_service
+
+    made: dict[str, dict] = {}
+
+    class Made:  # what `ray.remote(...)(cls)` returns, started as the factories start it
+        def options(self, **options):
+            return self
+
+        def remote(self, *args, **kwargs):
+            return None
+
+    def fake_remote(**options):
+        def wrap(cls):
+            made[cls.__name__] = options
+            return Made()
+        return wrap
+
+    monkeypatch.setattr(ray, "remote", fake_remote)
+    config = replay_service.ReplayServiceConfig(seed=0, max_concurrent_inserts=1, max_concurrent_samples=1)
+    actor.make_actor_node(None, 0, 0, None, None, None)
+    evaluator.make_evaluator_node(None, 0, None, None)
+    learner_node.make_learner_node(None, 0, None, None, use_gpu=False)
+    replay_service.make_replay_service(None, config)
+    assert set(made) == {"ActorNode", "EvaluatorNode", "LearnerNode", "ReplayService"}
+    assert all(options.get("enable_task_events") is False for options in made.values()), made
+    # The counter service's class is made once, when its module is imported.
+    assert counter_service.RemoteCounterService._default_options.get("enable_task_events") is False

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from dmpo.run.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
+from dmpo.run.distributed.common import ACTING_NODE_ENV, NODE_OPTIONS, NodeSettings, make_node_logger
 from dmpo.run.distributed.counter_service import make_child_counter
 from dmpo.run.distributed.replay_client import RemoteReplayWriter
 from dmpo.run.distributed.variables import AsyncVariableClient
@@ -128,6 +128,6 @@ class ActorNode:
 def make_actor_node(settings: NodeSettings, index: int, seed: int, learner: Any, replay: Any,
                     counter_service: Any, *, resources: dict[str, float] | None = None, **kwargs: Any) -> Any:
     """Starts actor `index` as a Ray actor (not restarted by Ray: the driver replaces it with a new seed)."""
-    cls = ray.remote(num_cpus=0, max_concurrency=3, max_restarts=0)(ActorNode)
+    cls = ray.remote(num_cpus=0, max_concurrency=3, max_restarts=0, **NODE_OPTIONS)(ActorNode)
     return cls.options(runtime_env={"env_vars": dict(ACTING_NODE_ENV)}, resources=resources or {}).remote(
         settings, index, seed, learner, replay, counter_service, **kwargs)

@@ -27,6 +27,13 @@ ACTING_NODE_ENV = {
     "MUJOCO_GL": "egl",
 }
 
+# Options every node (a Ray actor) is made with. Ray records each call to an actor as a task event in
+# its GCS, up to `RAY_task_events_max_num_task_in_gcs` of them, for its dashboard and state API; the
+# nodes make many small calls a second (inserts, samples, counts), so over an hour the GCS process grew
+# by hundreds of MiB (docs/results/reliability.md). dmpo reads none of them (Ray Serve turns them off
+# for its long-lived actors too).
+NODE_OPTIONS = {"enable_task_events": False}
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeSettings:

@@ -13,6 +13,7 @@ from typing import Any
 
 import ray
 
+from dmpo.run.distributed.common import NODE_OPTIONS
 from dmpo.utils.counting import Counter
 
 Number = int | float
@@ -97,7 +98,7 @@ class CounterService:
         return True
 
 
-RemoteCounterService = ray.remote(num_cpus=0, max_concurrency=8)(CounterService)
+RemoteCounterService = ray.remote(num_cpus=0, max_concurrency=8, **NODE_OPTIONS)(CounterService)
 
 
 class RemoteCounter:

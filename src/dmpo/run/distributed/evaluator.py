@@ -35,7 +35,7 @@ import numpy as np
 import ray
 
 from dmpo.lifecycle.videos import video_path
-from dmpo.run.distributed.common import ACTING_NODE_ENV, NodeSettings, make_node_logger
+from dmpo.run.distributed.common import ACTING_NODE_ENV, NODE_OPTIONS, NodeSettings, make_node_logger
 from dmpo.run.distributed.counter_service import make_child_counter
 from dmpo.run.distributed.variables import AsyncVariableClient
 
@@ -271,6 +271,6 @@ class EvaluatorNode:
 
 def make_evaluator_node(settings: NodeSettings, seed: int, learner: Any, counter_service: Any,
                         resources: dict[str, float] | None = None, **kwargs: Any) -> Any:
-    cls = ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)(EvaluatorNode)
+    cls = ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0, **NODE_OPTIONS)(EvaluatorNode)
     return cls.options(runtime_env={"env_vars": dict(ACTING_NODE_ENV)}, resources=resources or {}).remote(
         settings, seed, learner, counter_service, **kwargs)

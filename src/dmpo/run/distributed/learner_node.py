@@ -28,7 +28,7 @@ from typing import Any
 import ray
 
 from dmpo.lifecycle.checkpoints import CheckpointState
-from dmpo.run.distributed.common import NodeSettings, make_node_logger
+from dmpo.run.distributed.common import NODE_OPTIONS, NodeSettings, make_node_logger
 from dmpo.run.distributed.counter_service import make_child_counter
 from dmpo.run.distributed.replay_client import RemoteTableSampler, TimedBatches
 from dmpo.run.distributed.variables import VariablePublisher
@@ -220,5 +220,6 @@ def make_learner_node(settings: NodeSettings, seed: int, replay: Any, counter_se
                       use_gpu: bool, resources: dict[str, float] | None = None, **kwargs: Any) -> Any:
     """Starts the learner as a Ray actor, on a GPU when `use_gpu` (Ray then sets CUDA_VISIBLE_DEVICES),
     on a node with `resources` (custom Ray resources) when given."""
-    cls = ray.remote(num_cpus=0, num_gpus=1 if use_gpu else 0, max_concurrency=4, max_restarts=0)(LearnerNode)
+    cls = ray.remote(num_cpus=0, num_gpus=1 if use_gpu else 0, max_concurrency=4, max_restarts=0,
+                     **NODE_OPTIONS)(LearnerNode)
     return cls.options(resources=resources or {}).remote(settings, seed, replay, counter_service, **kwargs)

@@ -26,6 +26,7 @@ from typing import Any
 import ray
 
 from dmpo.agent.builder import DMPOBuilder
+from dmpo.run.distributed.common import NODE_OPTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +117,7 @@ def make_replay_service(builder: DMPOBuilder, config: ReplayServiceConfig, *, re
         "sample": config.max_concurrent_samples,
         "control": 2,
     }
-    cls = ray.remote(num_cpus=0, max_restarts=0, concurrency_groups=groups)(ReplayService)
+    cls = ray.remote(num_cpus=0, max_restarts=0, concurrency_groups=groups, **NODE_OPTIONS)(ReplayService)
     options: dict[str, Any] = {"resources": resources or {}}
     if name is not None:
         options.update(name=name, namespace=namespace)
