@@ -224,7 +224,10 @@ def test_distributed_train_eval_plot_resume_end_to_end(tmp_path):
     labels = [int(row["actor_steps"]) for row in rows]
     assert labels == sorted(set(labels)), labels
     assert [int(row["evaluator_episodes"]) for row in rows] == [2 * (i + 1) for i in range(rounds)]
-    assert int(rows[-1]["actor_steps"]) == state["env_steps"]
+    # The final round is labelled with the steps the run had reached when it saw its budget: the final
+    # checkpoint, written while the actors finish their episodes, holds those at least (docs/lifecycle.md),
+    # so that the resume below keeps the row.
+    assert 400 <= int(rows[-1]["actor_steps"]) <= state["env_steps"], (rows[-1], state)
     assert float(rows[-1]["length_mean"]) == episode
     from dmpo.agent.policies.snapshot import load_policy
 

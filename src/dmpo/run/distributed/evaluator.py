@@ -6,7 +6,8 @@ builder's evaluation actor, which writes nothing. A round starts when the driver
 `dmpo.lifecycle.schedule`) and, if `period_seconds` is set, also once that many seconds have passed
 since the previous round began. A boundary's round scores the learner's variables asked for when the
 boundary was found due, and its row is labelled with those environment steps, as in one process,
-however late the round runs; other rounds fetch the newest variables (blocking). `finish()` ends
+however late the round runs; other rounds fetch the newest variables (blocking), and the final round
+is labelled with the steps the driver names (at most those of the final checkpoint). `finish()` ends
 `run()` after the rounds asked for; `stop()` ends it now.
 
 Each round runs on an environment of its own, seeded by the run's seed and the round's index in the
@@ -25,7 +26,6 @@ parameters each of the last few rounds scored are kept, so that the driver's bes
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from pathlib import Path
@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 import ray
 
-from dmpo.lifecycle.videos import video_path
 from dmpo.run.distributed.common import ACTING_NODE_ENV, NODE_OPTIONS, NodeSettings, make_node_logger
 from dmpo.run.distributed.counter_service import make_child_counter
 from dmpo.run.distributed.variables import AsyncVariableClient
@@ -133,12 +132,9 @@ class EvaluatorNode:
         counts = self._counter.sync()  # the totals of every node, this round's episodes included
         row = {**{key: value for key, value in result.items() if np.isscalar(value)}, **counts,
                "wall_seconds": self._settings.wall_seconds()}  # as the local trainer's rows (time to score)
-        if variables:  # the moment the round scored: its environment steps and the learner step
-            row.update(actor_steps=int(env_steps or 0), learner_steps=max(int(version), 0))
-        elif self._filmed(asked):  # the final round: its video takes its row's label (the steps the
-            # actors reached while it ran), so that the two name one moment
-            label = int(row.get("actor_steps", asked.env_steps))
-            os.replace(self._video_file(asked), video_path(self._settings.run_dir, label))
+        if env_steps is not None:  # the moment the round scored: its environment steps and the learner
+            # step (the final round's label is at most the final checkpoint's steps, so a --resume keeps it)
+            row.update(actor_steps=int(env_steps), learner_steps=max(int(version), 0))
         self._logger.write(row)
         self._rows.append(row)
         self._round_params[len(self._rows) - 1] = self._variables.params
@@ -149,34 +145,24 @@ class EvaluatorNode:
     def _play(self, asked: Round) -> dict[str, Any]:
         """The round's episodes, on an environment of its own (filmed when asked)."""
         from dmpo.agent.environment_loop import evaluate
-        from dmpo.lifecycle.videos import camera_render_fn, rendering_factory
+        from dmpo.lifecycle.videos import camera_render_fn, rendering_factory, video_path
         from dmpo.utils.seeds import evaluation_seed
 
         seed = (evaluation_seed(self._settings.seed, asked.index) if asked.index is not None
                 else evaluation_seed(self._seed, self.rounds))  # a periodic round: the node's own stream
-        film = self._filmed(asked)
+        film = asked.film and asked.env_steps is not None
         factory = rendering_factory(self._settings.env_factory) if film else self._settings.env_factory
         environment = factory(seed)
         try:
             if not film:
                 return evaluate(environment, self._actor.select_action, self._episodes_per_round)
             return evaluate(environment, self._actor.select_action, self._episodes_per_round,
-                            video_path=self._video_file(asked), render_fn=camera_render_fn())
+                            video_path=video_path(self._settings.run_dir, asked.env_steps),
+                            render_fn=camera_render_fn())
         finally:
             close = getattr(environment, "close", None)
             if close is not None:
                 close()
-
-    @staticmethod
-    def _filmed(asked: Round) -> bool:
-        return asked.film and asked.env_steps is not None
-
-    def _video_file(self, asked: Round) -> Path:
-        """Where a filmed round's video is written: named by its label, or (the final round, labelled
-        once it ends) under a hidden name the driver does not forward, renamed when its row is known."""
-        assert asked.env_steps is not None
-        path = video_path(self._settings.run_dir, asked.env_steps)
-        return path if asked.variables else path.with_name(f".final-{path.name}")
 
     def rows(self, start: int = 0) -> list[dict[str, Any]]:
         """The evaluation rows logged so far, from index `start` on (the driver's collection)."""
