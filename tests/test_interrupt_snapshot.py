@@ -1,5 +1,7 @@
 """An interrupted run can be evaluated and exported: `kill -TERM` before the first evaluation writes the
-policy snapshot with the final checkpoint, in one process and with `--actors`."""
+policy snapshot with the final checkpoint. In one process here; with `--actors`, the SIGTERM test of
+tests/test_interrupts_cli.py checks the same snapshot of its interrupted run (one distributed start for
+both)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import dmpo
 from dmpo.lifecycle.checkpoints import TrainingCheckpoints
@@ -64,11 +65,3 @@ def test_an_interrupted_local_run_has_the_snapshot_of_its_final_checkpoint(tmp_p
     # before the hold.
     assert state["mid_episode"] is True and state["env_steps"] == 200 + PAUSE_AFTER_CHECKPOINT - 1
     assert metadata["actor_steps"] == state["env_steps"]  # the snapshot of that same moment
-
-
-@pytest.mark.ray
-def test_an_interrupted_distributed_run_has_a_snapshot(tmp_path):
-    run = tmp_path / "run"
-    interrupt_after_first_checkpoint(run, "--actors", "1")
-    metadata = check_usable(run, tmp_path)
-    assert metadata["actor_steps"] >= 200

@@ -44,6 +44,7 @@ def terminate_after_first_checkpoint(command: list[str], run: Path, timeout: flo
         assert second.stderr.strip().splitlines() == [
             f"dmpo: error: run directory {run} is in use by process {trainer.pid} (lock {run / '.lock'}); "
             "wait for it to end or stop it first"], second.stderr
+        assert not (run / "snapshots" / "policy.msgpack").exists()  # only an evaluation or the end writes one
         trainer.send_signal(signal.SIGTERM)
         _, stderr = trainer.communicate(timeout=300)
     finally:
@@ -103,6 +104,10 @@ def test_sigterm_of_distributed_train_checkpoints_and_resumes(tmp_path):
     resumed_steps = json.loads((TrainingCheckpoints(run / "checkpoints").latest() / "state.json")
                                .read_text())["env_steps"]
     assert steps == resumed_steps  # the line names the steps the final checkpoint holds
+    # The stop wrote the policy snapshot (there was no evaluation): the run can be evaluated and exported.
+    from test_interrupt_snapshot import check_usable
+
+    assert check_usable(run, tmp_path)["actor_steps"] >= 200
     target = resumed_steps + 200
     resumed = subprocess.run([*CLI, "--resume", str(run), "--steps", str(target), "--no-progress"],
                              capture_output=True, text=True, timeout=600, env=child_env())
