@@ -2,15 +2,16 @@
 
 Usage: .venv/bin/python benchmarks/gcs_memory.py OUT --baseline REV [--minutes 10] [--actors 4]
        [--env gym:Pendulum-v1] [--warmup 120]
+       .venv/bin/python benchmarks/gcs_memory.py --summarise OUT/summary.json   (the table again)
 
 Runs `dmpo train --actors N` twice at the same time, each on its own private Ray cluster: once with
 this checkout's code and once with the code of commit REV (checked out into a temporary git worktree
 and put first on PYTHONPATH; the same virtual environment, so the same Ray). Every 10 s it records the
 RSS of each run's `gcs_server` process (`OUT/rss.csv`). After `--minutes` both runs are stopped with
-SIGINT (each writes its checkpoint) and `OUT/summary.json` gets, per run: the GCS server's RSS after
-`--warmup` seconds and at the end, its growth in MiB per hour, and the env steps the run reached (its
-newest checkpoint's), so that the growth can be read per step too. The table it prints is what
-docs/results/reliability.md shows.
+SIGTERM (each writes its checkpoint; a run started in the background ignores SIGINT) and
+`OUT/summary.json` gets, per run: the GCS server's RSS after `--warmup` seconds and at the end, its
+growth in MiB per hour, and the env steps the run reached (its newest checkpoint's), so that the
+growth can be read per step too. The table it prints is what docs/results/reliability.md shows.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--summarise"]:
+        print(table(json.loads(Path(sys.argv[2]).read_text())))
+        return
     args = parse_args()
     if args.warmup >= args.minutes * 60:
         raise SystemExit(f"--warmup ({args.warmup:g} s) must be shorter than --minutes ({args.minutes:g})")
@@ -125,7 +129,7 @@ def main() -> None:
     finally:
         for process in runs.values():
             if process.poll() is None:
-                process.send_signal(signal.SIGINT)
+                process.send_signal(signal.SIGTERM)
         for process in runs.values():
             try:
                 process.wait(timeout=300)
@@ -138,7 +142,8 @@ def main() -> None:
         writer.writerows(rows)
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": os.uname().nodename,
-        "cpus": os.cpu_count(), "load_at_end": os.getloadavg(), "command": " ".join(sys.argv),
+        "cpus": os.cpu_count(), "load_at_end": os.getloadavg(),
+        "command": " ".join("$OUT" if arg == str(args.out) else arg for arg in sys.argv),
         "minutes": args.minutes, "warmup_seconds": args.warmup, "actors": args.actors, "env": args.env,
         "runs": {
             "baseline": {"label": f"baseline {baseline[:7]}", "commit": baseline,

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!-- printed by: (.+?) -->$")
 INTERVAL = re.compile(r"\[-?[\d.]+, -?[\d.]+\]")
 RESAMPLES = 200
+SUMMARISED = ("benchmarks/chaos_soak.py", "benchmarks/gcs_memory.py")  # `--summarise FILE`: table(summary)
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +41,12 @@ def printed(benchmark_script):
             elif script == "benchmarks/side_by_side.py" and args[0] == "--summarise":
                 outputs[command] = "\n".join(side_by_side.summary_markdown(json.loads((ROOT / a).read_text()))
                                              for a in args[1:])
-            elif script == "benchmarks/chaos_soak.py" and args[0] == "--summarise":
-                soak = json.loads((ROOT / args[1]).read_text())
-                outputs[command] = benchmark_script("chaos_soak").table(soak)
+            elif script in SUMMARISED and args[0] == "--summarise":
+                summary = json.loads((ROOT / args[1]).read_text())
+                outputs[command] = benchmark_script(Path(script).stem).table(summary)
             else:
                 raise AssertionError(f"no way to run {command!r} here: name recorded.py, side_by_side.py "
-                                     "--summarise or chaos_soak.py --summarise")
+                                     "--summarise, chaos_soak.py --summarise or gcs_memory.py --summarise")
         return outputs[command]
 
     return run
