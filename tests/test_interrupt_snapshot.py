@@ -21,11 +21,11 @@ from test_faults import TINY, child_env, wait_for
 CLI = [sys.executable, "-m", "dmpo.cli"]
 
 
-def interrupt_after_first_checkpoint(run: Path, *extra: str, hold: Path | None = None) -> None:
+def interrupt_after_first_checkpoint(run: Path, hold: Path | None = None) -> None:
     """`dmpo train` with no evaluation (so no snapshot yet), SIGTERM once a checkpoint exists; with
     `hold` (one process), SIGTERM while the run is held mid-episode after that checkpoint."""
     command = [*CLI, "train", "--env", "gym:Pendulum-v1", "--steps", "10000000", "--checkpoint-every", "200",
-               "--eval-every", "0", "--no-progress", "--run-dir", str(run), *TINY, *extra]
+               "--eval-every", "0", "--no-progress", "--run-dir", str(run), *TINY]
     env, ready = interrupt_moment(run, hold)
     trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
