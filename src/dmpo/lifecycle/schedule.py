@@ -125,6 +125,12 @@ class RunSchedule:
         """Records a checkpoint holding `env_steps` (None: the state changed since the last one)."""
         self.last_checkpoint = env_steps
 
+    def take_video_state(self, pending: bool, next_boundary: int | None) -> None:
+        """Takes over the video boundaries another copy of this schedule checked (distributed: the
+        counter node's, which the acting nodes' episode ends advance): whether one passed since its
+        last evaluation, and the next one not crossed yet."""
+        self.video_pending, self.videos.next = pending, next_boundary
+
     def final_events(self, env_steps: int, *, stopped_early: bool = False) -> Due:
         """What the end of a run writes: the final evaluation (none after a callback's stop, which
         ends the run as it is) and the final checkpoint, each unless the last one was at these steps."""

@@ -318,7 +318,7 @@ class DistributedProgram(ProgramViews):
         if self.counter is not None:  # the acting nodes' checks: the video boundaries they crossed
             videos = get_quietly(self.counter.video_boundaries.remote(), timeout)
             if videos is not None:  # the final events go on from there (one crossed since: filmed)
-                self.run.schedule.video_pending, self.run.schedule.videos.next = videos
+                self.run.schedule.take_video_state(*videos)
         return self.env_steps_now(timeout)
 
     def request_final_evaluation(self, steps: int, film: bool) -> None:
