@@ -42,6 +42,8 @@ from typing import Any
 
 import psutil
 
+from soak_report import growth_at_faults, plot_rss, process_growth, rss_growth, table
+
 ROOT = Path(__file__).resolve().parents[1]
 HOLDER = ROOT / "tests" / "two_node_cluster.py"
 KINDS = {"learner": "LearnerNode", "replay": "ReplayService", "counter": "CounterService",
@@ -285,56 +287,6 @@ def final_evaluation(run: Path) -> dict[str, Any] | None:
     return {"env_steps": rows[-1][0], "return_mean": rows[-1][1]} if rows else None
 
 
-def rss_growth(rows: list[list[Any]], warmup: float, window: float = 600.0) -> dict[str, list[float]]:
-    """Per kind of process: [median RSS (MiB) over the first `window` seconds after `warmup`, median over
-    the last `window` seconds, growth]. Each sample is the mean over the kind's processes then (the
-    actors, or the successive processes of a node a recovery replaced), so a leak that replacements
-    carry on shows as well as one inside a process."""
-    import statistics
-
-    samples: dict[str, dict[float, list[float]]] = {}
-    for seconds, name, _, rss in rows:
-        if name.startswith("ray::") or name in ("dmpo driver", "raylet", "gcs_server"):
-            samples.setdefault(name, {}).setdefault(seconds, []).append(rss)
-    end = max((seconds for seconds, *_ in rows), default=0.0)
-    growth = {}
-    for name, by_time in samples.items():
-        means = sorted((seconds, statistics.fmean(values)) for seconds, values in by_time.items())
-        early = [rss for seconds, rss in means if warmup <= seconds < warmup + window]
-        late = [rss for seconds, rss in means if seconds > end - window]
-        if len(early) >= 3 and len(late) >= 3 and end - window > warmup + window:
-            first, last = statistics.median(early), statistics.median(late)
-            growth[name] = [round(first, 1), round(last, 1), round(last / first - 1, 4)]
-    return growth
-
-
-def plot_rss(rows: list[list[Any]], faults: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(10, 5))
-    by_name: dict[str, dict[int, list[tuple[float, float]]]] = {}
-    for seconds, name, pid, rss in rows:
-        by_name.setdefault(name, {}).setdefault(pid, []).append((seconds / 60, rss))
-    interesting = sorted(n for n in by_name
-                         if n.startswith("ray::") or n in ("dmpo driver", "raylet", "gcs_server"))
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3
-    colours = dict(zip(interesting, palette, strict=False))
-    for name in sorted(interesting):
-        for index, points in enumerate(by_name[name].values()):
-            xs, ys = zip(*points, strict=True)
-            axis.plot(xs, ys, color=colours[name], linewidth=1, label=name if index == 0 else None)
-    for fault in faults:
-        axis.axvline(fault["seconds"] / 60, color="grey", linewidth=0.5, linestyle=":")
-    axis.set_xlabel("minutes (dotted: a fault)")
-    axis.set_ylabel("RSS (MiB), one line per process")
-    axis.legend(fontsize=7, ncol=2)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-
-
 def start_undisturbed(args: argparse.Namespace) -> list[tuple[int, subprocess.Popen]]:
     """The undisturbed runs, started with the soak (each on its own private cluster): all share the
     machine over the same hour, so none has it to itself while the soak runs."""
@@ -379,64 +331,15 @@ def main() -> None:
     plot_rss(rows, result["faults"], args.out / "rss.png")
     first_checkpoint = min((c["seconds"] for c in result["checkpoints"]), default=0.0)
     result["rss_growth_after_warmup"] = rss_growth(rows, warmup=first_checkpoint + 120) if rows else {}
+    last_fault = max((f["seconds"] for f in result["faults"]), default=0.0)
+    result["process_growth"] = process_growth(rows, last_fault) if rows else {}
+    result["gcs_at_faults"] = growth_at_faults(rows, result["faults"])
     result["undisturbed"] = undisturbed(args, alongside)
     result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
                   machine=f"{os.cpu_count()} CPUs, load average at the end {os.getloadavg()[0]:.1f}",
                   args={k: str(v) for k, v in vars(args).items()})
     (args.out / "summary.json").write_text(json.dumps(result, indent=1))
     print(table(result))
-
-
-def same_steps(result: dict[str, Any], every: int = 10_000) -> list[str]:
-    """A row per undisturbed run: its evaluation and the soak's at the last evaluation boundary both
-    reached (`every`: `dmpo train`'s default --eval-every, which the runs keep)."""
-    rows = []
-    mine = {steps // every: (steps, value) for steps, value in result.get("evaluations", [])}
-    for other in result["undisturbed"]:
-        theirs = {steps // every: (steps, value) for steps, value in other.get("evaluations", [])}
-        if common := sorted(set(mine) & set(theirs)):
-            (a, soak), (b, undisturbed) = mine[common[-1]], theirs[common[-1]]
-            rows.append(f"| evaluation near {common[-1] * every:,} env steps: soak ({a:,}) / undisturbed "
-                        f"seed {other['seed']} ({b:,}) | {soak:.1f} / {undisturbed:.1f} |")
-    return rows
-
-
-def table(result: dict[str, Any]) -> str:
-    faults = result["faults"]
-    # Survived: the run's line for the fault came, and the run went on (a later checkpoint, or the end).
-    last_checkpoint = max((c["seconds"] for c in result["checkpoints"]), default=0.0)
-    survived = sum(f["answered_after"] is not None and (result["status"] == "finished"
-                                                         or last_checkpoint > f["seconds"]) for f in faults)
-    redone = sum(r.get("env_steps_redone", 0) for r in result["recoveries"])
-    verified = sum(c["verified"] for c in result["checkpoints"])
-    growth = result["rss_growth_after_warmup"]
-    worst = max(growth.items(), key=lambda item: abs(item[1][2])) if growth else ("-", [0, 0, 0.0])
-    finals = [f"{u['final']['return_mean']:.1f} (seed {u['seed']}, {u['final']['env_steps']})"
-              for u in result["undisturbed"] if u.get("final") and u.get("status") == "finished"]
-    kinds = ", ".join(f"{kind} {sum(f['kind'] == kind for f in faults)}"
-                      for kind in [*KINDS, "worker-node"] if any(f["kind"] == kind for f in faults))
-    final = result["final"] or {}
-    lines = [
-        "| measure | value |", "|---|---|",
-        f"| run | exit {result['exit']}, run.json `{result['status']}`, "
-        f"{result['wall_seconds'] / 60:.1f} min |",
-        f"| faults injected | {len(faults)} ({kinds}) |",
-        f"| faults survived (the run's line for it came, the run went on) | {survived} of {len(faults)} |",
-        f"| recoveries in run.json | {len(result['recoveries'])} |",
-        f"| env steps redone | {redone} |",
-        f"| checkpoints written / verified when they appeared | {len(result['checkpoints'])} / {verified} |",
-        f"| RSS growth after warm-up, largest of {len(growth)} kinds of process | {worst[1][2]:+.1%} "
-        f"({worst[0]}) |",
-        f"| final evaluation (env steps) | {final.get('return_mean', float('nan')):.1f} "
-        f"({final.get('env_steps', '-')}) |",
-        f"| undisturbed runs' final evaluations (env steps) | {', '.join(finals) or '-'} |",
-        *same_steps(result),
-    ]
-    lines += ["", "| process | RSS after warm-up (MiB) | RSS at the end (MiB) | growth |",
-              "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {first:.0f} | {last:.0f} | {change:+.1%} |" for name, (first, last, change) in
-              sorted(growth.items())]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,12 @@ _BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
 
 @pytest.fixture(scope="session")
 def benchmark_script():
-    """Loads `benchmarks/<name>.py` (not a package) as the module `benchmark_<name>`, once per name."""
+    """Loads `benchmarks/<name>.py` (not a package) as the module `benchmark_<name>`, once per name,
+    with `benchmarks/` on the import path, as when the script runs (its helpers are modules there)."""
+    import sys
+
+    if str(_BENCHMARKS) not in sys.path:
+        sys.path.append(str(_BENCHMARKS))
     loaded = {}
 
     def load(name: str):
