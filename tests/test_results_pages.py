@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!-- printed by: (.+?) -->$")
 INTERVAL = re.compile(r"\[-?[\d.]+, -?[\d.]+\]")
 RESAMPLES = 200
-SUMMARISED = ("benchmarks/chaos_soak.py", "benchmarks/gcs_memory.py")  # `--summarise FILE`: table(summary)
+# `--summarise FILE`: table(summary)
+SUMMARISED = ("benchmarks/chaos_soak.py", "benchmarks/gcs_memory.py", "benchmarks/gcs_actor_churn.py")
 
 
 @pytest.fixture(scope="module")
