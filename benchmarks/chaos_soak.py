@@ -14,7 +14,8 @@ replay node, counter, an actor, the evaluator) is killed with SIGKILL; the fault
 of the schedule takes the whole worker node away instead, and a new worker joins 30 s later.
 
 Measured, into OUT: each fault (`faults.csv`: time, kind, pid, whether the run's line for it came
-and when), the RSS of every process of the run every 10 s (`rss.csv`, and `rss.png`), every
+and when), the RSS of every process of the run every 10 s (`rss.csv`, and `rss.png`; the undisturbed
+runs' gcs_server in `rss-undisturbed.csv`), every
 checkpoint the run wrote, verified when it appeared (`checkpoints.csv`: its checksums and whether
 it loads), and `summary.json`: faults injected and survived, env steps redone (run.json's
 "recoveries"), checkpoints verified, each long-lived process's RSS growth after warm-up, and the
@@ -162,11 +163,13 @@ class Watch:
     the chaos schedule's faults (counted from the first checkpoint: a learner that has trained)."""
 
     def __init__(self, run: Path, roots: list[psutil.Process], schedule: list[tuple[float, str]],
-                 tell: Any, started: float) -> None:
+                 tell: Any, started: float, others: list[psutil.Process] = ()) -> None:
         self.run, self.roots, self.schedule, self.tell, self.started = run, roots, schedule, tell, started
+        self.others = list(others)  # the undisturbed runs' drivers: their own clusters' gcs_server
         self.faults: list[dict[str, Any]] = []
         self.checkpoints: dict[str, dict[str, Any]] = {}
         self.rss: list[list[Any]] = []
+        self.others_rss: list[list[Any]] = []
         self._next_sample, self._origin, self._worker_back = 0.0, None, None
 
     def second(self, now: float) -> None:
@@ -185,6 +188,14 @@ class Watch:
                     self.rss.append([round(now - self.started, 1), name, pid, rss])
                 except psutil.Error:
                     continue
+            for other in self.others:
+                for pid, (name, process) in processes_of([other]).items():
+                    try:
+                        if name == "gcs_server":
+                            rss = process.memory_info().rss / 2**20
+                            self.others_rss.append([round(now - self.started, 1), name, pid, rss])
+                    except psutil.Error:
+                        continue
         if self._worker_back is not None and now >= self._worker_back:
             self.tell("add-worker")
             self._worker_back = None
@@ -218,7 +229,7 @@ class Watch:
             del fault["at"]
 
 
-def soak(args: argparse.Namespace) -> dict[str, Any]:
+def soak(args: argparse.Namespace, others: list[psutil.Process]) -> dict[str, Any]:
     out = args.out
     token_env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
                  "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu"}
@@ -249,7 +260,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
                               env=driver_env)
     lines = Lines(driver, out / "soak.log")
     watch = Watch(run, [psutil.Process(holder.pid), psutil.Process(driver.pid)],
-                  chaos_schedule(random.Random(args.chaos_seed), args.minutes, args.period), tell, started)
+                  chaos_schedule(random.Random(args.chaos_seed), args.minutes, args.period), tell, started,
+                  others)
     try:
         while driver.poll() is None:
             watch.second(time.monotonic())
@@ -270,7 +282,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     return {"exit": driver.returncode, "wall_seconds": round(wall, 1), "status": info["status"],
             "recoveries": info.get("recoveries", []), "faults": watch.faults,
             "checkpoints": list(watch.checkpoints.values()), "rss": watch.rss, "final": final_evaluation(run),
-            "evaluations": evaluations(run), "command": command}
+            "evaluations": evaluations(run), "command": command, "undisturbed_rss": watch.others_rss}
 
 
 def evaluations(run: Path) -> list[list[float]]:
@@ -324,16 +336,19 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     alongside = start_undisturbed(args)
-    result = soak(args)
-    rows = result.pop("rss")
-    with open(args.out / "rss.csv", "w", newline="") as handle:
-        csv.writer(handle).writerows([["seconds", "process", "pid", "rss_mib"], *rows])
+    result = soak(args, [psutil.Process(process.pid) for _, process in alongside])
+    rows, others = result.pop("rss"), result.pop("undisturbed_rss")
+    for name, table_rows in (("rss.csv", rows), ("rss-undisturbed.csv", others)):
+        with open(args.out / name, "w", newline="") as handle:
+            csv.writer(handle).writerows([["seconds", "process", "pid", "rss_mib"], *table_rows])
     plot_rss(rows, result["faults"], args.out / "rss.png")
     first_checkpoint = min((c["seconds"] for c in result["checkpoints"]), default=0.0)
     result["rss_growth_after_warmup"] = rss_growth(rows, warmup=first_checkpoint + 120) if rows else {}
     last_fault = max((f["seconds"] for f in result["faults"]), default=0.0)
     result["process_growth"] = process_growth(rows, last_fault) if rows else {}
     result["gcs_at_faults"] = growth_at_faults(rows, result["faults"])
+    # The undisturbed runs' own gcs_server, each over its life: what the GCS does without faults.
+    result["undisturbed_gcs"] = (process_growth(others, last_fault).get("gcs_server") or {}).get("life")
     result["undisturbed"] = undisturbed(args, alongside)
     result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
                   machine=f"{os.cpu_count()} CPUs, load average at the end {os.getloadavg()[0]:.1f}",

@@ -84,25 +84,27 @@ def process_growth(rows: list[list[Any]], last_fault: float, warmup: float = 300
 
 def growth_at_faults(rows: list[list[Any]], faults: list[dict[str, Any]], name: str = "gcs_server",
                      after: float = 120.0) -> list[float] | None:
-    """[MiB the process `name` grew from just before each fault to `after` seconds past it, summed over
-    the faults; MiB it grew between those spans]: where its growth came from."""
+    """[MiB the process `name` grew from just before each fault to `after` seconds past it (or to the
+    next fault, if sooner), summed over the faults; MiB it grew in the spans between]: where its
+    growth came from. "Just before" a moment: the mean of its samples in the 30 s before it."""
     points = [(seconds, rss) for seconds, kind, _, rss in rows if kind == name]
 
-    def at(moment: float) -> float | None:
-        near = [rss for seconds, rss in points if abs(seconds - moment) <= 15.0]
+    def before(moment: float) -> float | None:
+        near = [rss for seconds, rss in points if moment - 30.0 <= seconds < moment]
         return statistics.fmean(near) if near else None
 
     at_faults = between = 0.0
     times = [fault["seconds"] for fault in faults]
     for index, moment in enumerate(times):
-        before, settled = at(moment - 10.0), at(moment + after - 10.0)
-        if before is None or settled is None:
+        following = times[index + 1] if index + 1 < len(times) else None
+        settled_at = moment + after if following is None else min(moment + after, following)
+        first, settled = before(moment), before(settled_at)
+        if first is None or settled is None:
             return None
-        at_faults += settled - before
-        if index + 1 < len(times) and (next_before := at(times[index + 1] - 10.0)) is not None:
-            between += next_before - settled
+        at_faults += settled - first
+        if following is not None and following > settled_at and (next_first := before(following)) is not None:
+            between += next_first - settled
     return [round(at_faults, 2), round(between, 2)]
-
 
 def plot_rss(rows: list[list[Any]], faults: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
@@ -186,6 +188,8 @@ def table(result: dict[str, Any]) -> str:
         *([f"| gcs_server growth in the 2 minutes after each fault, summed / between those spans | "
            f"{result['gcs_at_faults'][0]:+.1f} MiB / {result['gcs_at_faults'][1]:+.1f} MiB |"]
           if result.get("gcs_at_faults") else []),
+        *([f"| the undisturbed runs' own gcs_server over its life, largest growth | "
+           f"{_change(result['undisturbed_gcs'])} |"] if result.get("undisturbed_gcs") else []),
         f"| final evaluation (env steps) | {final.get('return_mean', float('nan')):.1f} "
         f"({final.get('env_steps', '-')}) |",
         f"| undisturbed runs' final evaluations (env steps) | {', '.join(finals) or '-'} |",
