@@ -43,12 +43,14 @@ from typing import Any
 
 import psutil
 
+import soak_report as report
 from soak_report import growth_at_faults, plot_rss, process_growth, rss_growth, table
 
 ROOT = Path(__file__).resolve().parents[1]
 HOLDER = ROOT / "tests" / "two_node_cluster.py"
-KINDS = {"learner": "LearnerNode", "replay": "ReplayService", "counter": "CounterService",
-         "actor": "ActorNode", "evaluator": "EvaluatorNode"}
+# Each kind of fault (soak_report.KINDS, in the table's order) and the Ray class of its node.
+KINDS = dict(zip(report.KINDS, ("LearnerNode", "ReplayService", "CounterService", "ActorNode",
+                                "EvaluatorNode"), strict=True))
 # The driver's line for each kind of fault (a recovery, or a replacement of an acting node).
 ANSWERS = {"learner": "the learner node was lost", "replay": "the replay node was lost",
            "counter": "the counter node was lost", "actor": "a new one takes its place",
@@ -163,9 +165,9 @@ class Watch:
     the chaos schedule's faults (counted from the first checkpoint: a learner that has trained)."""
 
     def __init__(self, run: Path, roots: list[psutil.Process], schedule: list[tuple[float, str]],
-                 tell: Any, started: float, others: list[psutil.Process] = ()) -> None:
+                 tell: Any, started: float, others: list[psutil.Process]) -> None:
         self.run, self.roots, self.schedule, self.tell, self.started = run, roots, schedule, tell, started
-        self.others = list(others)  # the undisturbed runs' drivers: their own clusters' gcs_server
+        self.others = others  # the undisturbed runs' drivers: their own clusters' gcs_server
         self.faults: list[dict[str, Any]] = []
         self.checkpoints: dict[str, dict[str, Any]] = {}
         self.rss: list[list[Any]] = []

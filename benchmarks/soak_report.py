@@ -26,8 +26,6 @@ def rss_growth(rows: list[list[Any]], warmup: float, window: float = 600.0) -> d
     the last `window` seconds, growth]. Each sample is the mean over the kind's processes then (the
     actors, or the successive processes of a node a recovery replaced), so a leak that replacements
     carry on shows as well as one inside a process."""
-
-
     samples: dict[str, dict[float, list[float]]] = {}
     for seconds, name, _, rss in rows:
         if tracked(name):
@@ -61,24 +59,25 @@ def process_growth(rows: list[list[Any]], last_fault: float, warmup: float = 300
         near = [rss for seconds, rss in points if at <= seconds < at + 60.0]
         return statistics.median(near) if len(near) >= 3 else None
 
-    def closing(points: list[tuple[float, float]]) -> float:
-        return statistics.median(rss for _, rss in points[-6:])
+    def change(first: float, points: list[tuple[float, float]]) -> list[float]:
+        last = statistics.median(rss for _, rss in points[-6:])  # its last minute
+        return [round(first, 1), round(last, 1), round(last / first - 1, 4)]
 
     result: dict[str, dict[str, Any]] = {}
     for (name, _), points in sorted(lives.items()):
         points.sort()
         entry = result.setdefault(name, {"processes": 0, "life": None, "after_faults": None})
         born, died = points[0][0], points[-1][0]
-        if died - (born + warmup) >= least and (first := around(points, born + warmup)) is not None:
-            change = [round(first, 1), round(closing(points), 1), round(closing(points) / first - 1, 4)]
-            entry["processes"] += 1
-            if entry["life"] is None or change[2] > entry["life"][2]:
-                entry["life"] = change
-        if born <= last_fault and died >= end - 30.0 and end - (last_fault + 60.0) >= 600.0:
-            if (first := around(points, last_fault + 60.0)) is not None:
-                change = [round(first, 1), round(closing(points), 1), round(closing(points) / first - 1, 4)]
-                if entry["after_faults"] is None or change[2] > entry["after_faults"][2]:
-                    entry["after_faults"] = change
+        spans = {"life": born + warmup if died - (born + warmup) >= least else None,
+                 "after_faults": last_fault + 60.0 if born <= last_fault and died >= end - 30.0
+                 and end - (last_fault + 60.0) >= 600.0 else None}
+        for key, start in spans.items():
+            if start is None or (first := around(points, start)) is None:
+                continue
+            entry["processes"] += key == "life"
+            grown = change(first, points)
+            if entry[key] is None or grown[2] > entry[key][2]:
+                entry[key] = grown  # the kind's largest growth
     return result
 
 
@@ -105,6 +104,7 @@ def growth_at_faults(rows: list[list[Any]], faults: list[dict[str, Any]], name: 
         if following is not None and following > settled_at and (next_first := before(following)) is not None:
             between += next_first - settled
     return [round(at_faults, 2), round(between, 2)]
+
 
 def plot_rss(rows: list[list[Any]], faults: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
