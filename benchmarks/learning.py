@@ -103,6 +103,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     # Half the batch at the former samples per insert: the former default's FLOPs per env step, twice its
     # updates.
     "fast-b128-spi128": (*FAST_BATCH_256, "--agent.batch-size", "128"),
+    # A LayerNorm before every hidden activation of the policy and the critic (SimBa's and BRO's networks
+    # for SAC), where the reference normalises after the first layer only.
+    "fast-ln": ("--preset", "fast", "--agent.networks.layer-norm", "every"),
 }
 DEFAULT_PRESET = "fast"
 """What the tool runs without --preset: `dmpo train`'s own default."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 
@@ -98,6 +99,26 @@ def test_layer_norm_mlp_matches_hand_forward(activate_final):
     np.testing.assert_allclose(module.apply(variables, x), h, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("activate_final", [False, True])
+def test_layer_norm_mlp_normalizing_every_layer_matches_hand_forward(activate_final):
+    x = jax.random.normal(jax.random.PRNGKey(5), (3, 4))
+    module = LayerNormMLP((6, 5, 3), activate_final=activate_final, normalize_every=True)
+    variables = module.init(jax.random.PRNGKey(0), x)
+    p = variables["params"]
+
+    def norm(params, h):
+        return layer_norm(h, np.asarray(params["scale"]), np.asarray(params["bias"]))
+
+    h = np.tanh(norm(p["LayerNorm_0"], dense(p["Dense_0"], np.asarray(x))))
+    h = elu(norm(p["MLP_0"]["LayerNorm_0"], dense(p["MLP_0"]["Dense_0"], h)))
+    h = dense(p["MLP_0"]["Dense_1"], h)
+    if activate_final:
+        h = elu(norm(p["MLP_0"]["LayerNorm_1"], h))
+    else:
+        assert "LayerNorm_1" not in p["MLP_0"]  # no normalisation where there is no activation
+    np.testing.assert_allclose(module.apply(variables, x), h, rtol=1e-5, atol=1e-5)
+
+
 def test_mlp_weight_init_is_uniform_variance_scaling_fan_out():
     fan_in, fan_out = 256, 512
     variables = MLP((fan_out,)).init(jax.random.PRNGKey(3), jnp.ones((1, fan_in)))
@@ -173,6 +194,19 @@ def test_control_network_shapes_and_dict_observations():
     assert nets.apply_critic(params, obs, jnp.zeros((4, 2))).shape == (4, 5)
     assert nets.support.shape == (5,)
     assert params.observation == {}
+
+
+@pytest.mark.parametrize("layer_norm, normalized_layers", [("first", 0), ("every", 2)])
+def test_layer_norm_setting_reaches_policy_and_critic(layer_norm, normalized_layers):
+    spec = make_spec()
+    config = dataclasses.replace(TINY, policy_layer_sizes=(8, 8, 8), critic_layer_sizes=(8, 8, 8),
+                                 layer_norm=layer_norm)
+    params = init_params(make_networks(spec, config), spec, jax.random.PRNGKey(0))
+    for network in (params.policy, params.critic):
+        torso = network["params"]["torso"]
+        assert "LayerNorm_0" in torso  # the reference's, after the first layer, either way
+        later = [name for name in torso["MLP_0"] if name.startswith("LayerNorm")]
+        assert len(later) == normalized_layers
 
 
 def test_critic_clips_actions_to_spec_bounds():

@@ -136,6 +136,9 @@ class NetworkConfig:
     """Keep the policy standard deviation fixed at init_scale."""
     observation_network: Literal["flatten", "impala", "drq"] = "flatten"
     """Observation torso shared by policy and critic: flatten (states) or a pixel torso."""
+    layer_norm: Literal["first", "every"] = "first"
+    """Where the policy's and critic's MLPs normalise: after the first layer only (the reference), or
+    before every hidden activation (as SimBa and BRO do for SAC)."""
 
     def __post_init__(self) -> None:
         for name in ("policy_layer_sizes", "critic_layer_sizes"):
@@ -149,6 +152,8 @@ class NetworkConfig:
                    f"NetworkConfig.{name}", "a finite number, 'auto' or 'auto-gym'", value)
         _check(not self.support_resolved or self.vmin < self.vmax,
                "NetworkConfig.vmin", f"< vmax ({self.vmax})", self.vmin)
+        _check(self.layer_norm in ("first", "every"), "NetworkConfig.layer_norm", "'first' or 'every'",
+               self.layer_norm)
         _check(isinstance(self.num_atoms, int) and self.num_atoms >= 2, "NetworkConfig.num_atoms",
                "an integer >= 2", self.num_atoms)
         _positive(self, "init_scale")

@@ -109,7 +109,7 @@ def _policy(
     head_kwargs = {} if head_init is None else {"kernel_init": head_init}
     return Policy(
         torso=LayerNormMLP(config.policy_layer_sizes, activation=activation, activate_final=True,
-                           kernel_init=kernel_init),
+                           kernel_init=kernel_init, normalize_every=config.layer_norm == "every"),
         head=GaussianPolicyHead(action_dim, init_scale=config.init_scale, min_scale=config.min_scale,
                                 tanh_mean=config.tanh_mean, fixed_scale=config.fixed_scale, **head_kwargs),
     )
@@ -124,7 +124,8 @@ def _critic(
 ) -> Critic:
     head_kwargs = {} if head_init is None else {"kernel_init": head_init}
     return Critic(
-        torso=torso or LayerNormMLP(config.critic_layer_sizes, activate_final=True),
+        torso=torso or LayerNormMLP(config.critic_layer_sizes, activate_final=True,
+                                    normalize_every=config.layer_norm == "every"),
         head=CategoricalValueHead(config.vmin, config.vmax, config.num_atoms, **head_kwargs),
         action_minimum=tuple(float(x) for x in bounds[0]),
         action_maximum=tuple(float(x) for x in bounds[1]),
@@ -164,7 +165,7 @@ def make_pixel_networks(env_spec: EnvironmentSpec, config: NetworkConfig) -> DMP
         critic = _critic(
             bounds, config,
             torso=MLP(config.critic_layer_sizes, activation=nn.relu, activate_final=True,
-                      kernel_init=orthogonal),
+                      kernel_init=orthogonal, normalize=config.layer_norm == "every"),
             projection=EmbeddingProjection(DRQ_EMBEDDING_SIZE, kernel_init=orthogonal),
             head_init=orthogonal,
         )

@@ -60,13 +60,15 @@ class LayerNormMLP(nn.Module):
     """`Dense(sizes[0]) → LayerNorm → tanh`, then a plain MLP over `sizes[1:]`.
 
     `activation` is applied between the later layers and after the last one iff `activate_final`;
-    with a single size the output is the (bounded) tanh output.
+    with a single size the output is the (bounded) tanh output. `normalize_every` puts a LayerNorm
+    before each later activation too (`NetworkConfig.layer_norm="every"`, as SimBa and BRO do).
     """
 
     layer_sizes: Sequence[int]
     activation: Activation = nn.elu
     activate_final: bool = False
     kernel_init: Initializer = default_mlp_init
+    normalize_every: bool = False
 
     @nn.compact
     def __call__(self, inputs: Any) -> jax.Array:
@@ -75,17 +77,20 @@ class LayerNormMLP(nn.Module):
         x = nn.Dense(self.layer_sizes[0], kernel_init=self.kernel_init)(batch_concat(inputs))
         x = jnp.tanh(nn.LayerNorm(epsilon=LAYER_NORM_EPSILON)(x))
         return MLP(tuple(self.layer_sizes[1:]), activation=self.activation,
-                   activate_final=self.activate_final, kernel_init=self.kernel_init)(x)
+                   activate_final=self.activate_final, kernel_init=self.kernel_init,
+                   normalize=self.normalize_every)(x)
 
 
 class MLP(nn.Module):
     """Plain stack of dense layers with `activation` between them (and after the last iff
-    `activate_final`). An empty `layer_sizes` is the identity."""
+    `activate_final`), each activation preceded by a LayerNorm iff `normalize`. An empty
+    `layer_sizes` is the identity."""
 
     layer_sizes: Sequence[int]
     activation: Activation = nn.elu
     activate_final: bool = False
     kernel_init: Initializer = default_mlp_init
+    normalize: bool = False
 
     @nn.compact
     def __call__(self, inputs: Any) -> jax.Array:
@@ -93,5 +98,7 @@ class MLP(nn.Module):
         for index, size in enumerate(self.layer_sizes):
             x = nn.Dense(size, kernel_init=self.kernel_init)(x)
             if index < len(self.layer_sizes) - 1 or self.activate_final:
+                if self.normalize:
+                    x = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON)(x)
                 x = self.activation(x)
         return x
