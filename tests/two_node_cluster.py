@@ -46,9 +46,12 @@ def main(temp_dir: str) -> None:
     # default folder). Ray's own variable puts that file under this cluster's folder instead.
     os.environ["RAY_TMPDIR"] = temp_dir
     os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
+    # A killed node is declared dead after `health_check_failure_threshold` failed checks, one each
+    # `health_check_period_ms`: 5 x 3 s by default, 3 x 1 s here, which is what the tests wait for.
     cluster = Cluster(initialize_head=True, head_node_args={
         "node_ip_address": "127.0.0.1", "num_cpus": 1, "include_dashboard": False, "resources": {"head": 2},
-        "temp_dir": temp_dir})
+        "temp_dir": temp_dir,
+        "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}})
     worker = cluster.add_node(**WORKER)
     print("ADDRESS", cluster.address, flush=True)
     try:
