@@ -57,6 +57,7 @@ class Size:
     policy: tuple[int, ...]
     critic: tuple[int, ...]
     atoms: int = 51
+    layer_norm: str = "first"
 
 
 SIZES = {
@@ -68,6 +69,8 @@ SIZES = {
     "fast-b128": Size("fast-b128", 128, 20, (256, 256, 256), (256, 256, 256)),
     "fast-n10": Size("fast-n10", 256, 10, (256, 256, 256), (256, 256, 256)),
     "fast-critic2": Size("fast-critic2", 256, 20, (256, 256, 256), (256, 256)),
+    # `--preset fast --agent.networks.layer-norm every`: a LayerNorm before every hidden activation.
+    "fast-b128-ln": Size("fast-b128-ln", 128, 20, (256, 256, 256), (256, 256, 256), layer_norm="every"),
 }
 
 
@@ -172,7 +175,7 @@ def setup(size: Size) -> Setup:
 
 def network_config(size: Size) -> NetworkConfig:
     return NetworkConfig(policy_layer_sizes=size.policy, critic_layer_sizes=size.critic,
-                         num_atoms=size.atoms)
+                         num_atoms=size.atoms, layer_norm=size.layer_norm)
 
 
 def time_updates(run: Setup, steps: int) -> float:
