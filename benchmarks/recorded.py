@@ -5,6 +5,7 @@
         benchmarks/recorded/fast-seeds34-100k.json
     .venv/bin/python benchmarks/recorded.py --time-to-score benchmarks/recorded/*.json
     .venv/bin/python benchmarks/recorded.py --record bench/fast-seeds34 --commit abc1234 > new.json
+    .venv/bin/python benchmarks/recorded.py benchmarks/recorded/fast-b128-sweep-5seeds-100k.json --seeds 0 1 2
 
 Some results in docs/results/ predate `benchtools.statistics` and their run folders were not kept;
 their curves were recorded in the text. This script rebuilds each run's final return and area under the
@@ -121,6 +122,23 @@ def recorded_times(files: Sequence[dict], thresholds=DEFAULT_THRESHOLDS) -> list
     return rows
 
 
+def only_seeds(data: dict, seeds: Sequence[int]) -> dict:
+    """`data` with each group's curves (and wall minutes) cut to `seeds`: a config recorded on more seeds
+    set beside one recorded on fewer, seed for seed. A group left with none of them is an error."""
+    wanted = {str(seed) for seed in seeds}
+    groups = []
+    for group in data["groups"]:
+        kept = {seed: curve for seed, curve in group["curves"].items() if seed in wanted}
+        if not kept:
+            raise ValueError(f"{group['task']} / {group['config']}: none of seeds {sorted(seeds)} recorded "
+                             f"(it has {sorted(group['curves'], key=int)})")
+        trimmed = {**group, "curves": kept}
+        if "wall_minutes" in group:
+            trimmed["wall_minutes"] = {seed: m for seed, m in group["wall_minutes"].items() if seed in wanted}
+        groups.append(trimmed)
+    return {**data, "groups": groups}
+
+
 def record_folder(out: Path, commit: str) -> tuple[int, list[dict]]:
     """The runs of a `benchmarks/learning.py` folder as (eval_every, groups) of a recorded file (module
     doc); the group's env steps/s is its runs' env steps over their wall seconds at the last evaluation."""
@@ -162,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, metavar="FOLDER",
                         help="print the runs of a benchmarks/learning.py folder as recorded groups")
     parser.add_argument("--commit", default="unknown", help="with --record: the commit the runs were made at")
+    parser.add_argument("--seeds", type=int, nargs="+", metavar="S",
+                        help="only these seeds of every recorded group (to compare configs seed for seed)")
     args = parser.parse_args(argv)
     if args.record is not None:
         if not (args.record / "runs").is_dir():
@@ -192,6 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             files.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as error:
             parser.error(f"{path}: not a readable recorded file (JSON): {error}")
+    if args.seeds:
+        try:
+            files = [only_seeds(data, args.seeds) for data in files]
+        except ValueError as error:
+            parser.error(f"--seeds: {error}")
     if args.time_to_score:
         sys.stdout.write(time_to_score_markdown(recorded_times(files)))
         return 0

@@ -138,3 +138,20 @@ def test_files_pool_only_with_one_budget(recorded, data):
     with pytest.raises(ValueError, match="one budget and eval_every"):
         recorded.pooled([data, other])
     assert len(recorded.pooled([data, data])["groups"]) == 2 * len(data["groups"])
+
+
+def test_only_seeds_keeps_those_seeds_curves_and_minutes_in_every_group(recorded, capsys):
+    data = {"budget": 20, "eval_every": 10, "groups": [
+        {"task": "dmc:walker-walk", "config": "a", "env_steps_per_second": 1.0,
+         "curves": {"0": [1.0, 2.0], "1": [3.0, 4.0], "2": [5.0, 6.0]},
+         "wall_minutes": {"0": [0.1, 0.2], "1": [0.3, 0.4], "2": [0.5, 0.6]}},
+        {"task": "dmc:walker-walk", "config": "b", "env_steps_per_second": 1.0,
+         "curves": {"0": [7.0, 8.0], "2": [9.0, 10.0]}}]}
+    cut = recorded.only_seeds(data, [0, 2])
+    assert [g["curves"] for g in cut["groups"]] == [{"0": [1.0, 2.0], "2": [5.0, 6.0]},
+                                                    {"0": [7.0, 8.0], "2": [9.0, 10.0]}]
+    assert cut["groups"][0]["wall_minutes"] == {"0": [0.1, 0.2], "2": [0.5, 0.6]}
+    assert "wall_minutes" not in cut["groups"][1]
+    assert data["groups"][0]["curves"].keys() == {"0", "1", "2"}  # the file read is left as it was
+    with pytest.raises(ValueError, match=r"dmc:walker-walk / b: none of seeds \[1\] recorded"):
+        recorded.only_seeds(data, [1])
