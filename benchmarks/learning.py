@@ -106,6 +106,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     # A LayerNorm before every hidden activation of the policy and the critic (SimBa's and BRO's networks
     # for SAC), where the reference normalises after the first layer only.
     "fast-ln": ("--preset", "fast", "--agent.networks.layer-norm", "every"),
+    # A floor of 0.3 on the E-step temperature: weak seeds' temperature fell to about 0.1 at 20-40k env
+    # steps, where the others' stayed near 0.35 (benchmarks/seed_diagnostics.py).
+    "fast-tmin": ("--preset", "fast", "--agent.learner.mpo.min-temperature", "0.3"),
 }
 DEFAULT_PRESET = "fast"
 """What the tool runs without --preset: `dmpo train`'s own default."""

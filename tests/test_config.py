@@ -65,6 +65,7 @@ def test_sample_efficient_preset_changes_only_the_documented_values():
     (lambda: LearnerConfig(target_update_rate=1.5), "LearnerConfig.target_update_rate"),
     (lambda: LearnerConfig(augmentation="random_crop"), "LearnerConfig.augmentation"),
     (lambda: MPOLossConfig(epsilon=0.0), "MPOLossConfig.epsilon"),
+    (lambda: MPOLossConfig(min_temperature=-0.1), "MPOLossConfig.min_temperature"),
     (lambda: DMPOConfig(min_replay_size=10, max_replay_size=5, batch_size=5), "DMPOConfig.min_replay_size"),
     (lambda: DMPOConfig(samples_per_insert=-1.0), "DMPOConfig.samples_per_insert"),
     (lambda: TrainConfig(eval_every=-1), "TrainConfig.eval_every"),

@@ -192,6 +192,40 @@ def test_e_step_weights_match_numpy_softmax():
     np.testing.assert_allclose(kl, (expected * np.log(7 * expected + 1e-8)).sum(0).mean(), rtol=1e-4)
 
 
+@pytest.mark.parametrize("raw, floor", [(0.3, 2.0), (0.3, 0.1)])
+def test_a_temperature_floor_flattens_the_weights_and_leaves_the_dual_loss(raw, floor):
+    q_values = np.random.default_rng(1).normal(size=(7, 5)).astype(np.float32) * 3
+    weights, loss, _ = jax.jit(_nonparametric_weights, static_argnums=(2, 3))(
+        q_values, jnp.array([raw]), 0.1, floor)
+    eta = _softplus(raw)  # 0.854: the floor 2.0 applies, 0.1 does not
+    exp = np.exp(q_values / max(eta, floor))
+    np.testing.assert_allclose(weights, exp / exp.sum(0, keepdims=True), rtol=1e-5)
+    unfloored = np.exp(q_values / eta)
+    np.testing.assert_allclose(loss, eta * (0.1 + np.log(unfloored.sum(0)).mean() - np.log(7)), rtol=1e-5)
+
+
+def test_the_temperature_floor_reaches_the_loss_and_not_the_penalty():
+    # Equal values for every sample but one: without a floor η = 1 puts e^3 / (e^3 + 5) on it; a floor of
+    # 3 puts e^1 / (e^1 + 5). The penalty's weights (every action inside the box) stay uniform.
+    config = MPOLossConfig(per_dim_constraining=False, min_temperature=3.0, epsilon_mean=1.0)
+    actions = jnp.zeros((6, 1, 2))
+    q_values = jnp.array([[3.0], [0.0], [0.0], [0.0], [0.0], [0.0]])
+    duals = MPODuals(jnp.array([RAW_ONE]), jnp.zeros(1), jnp.zeros(1), jnp.array([RAW_ONE]))
+    mean, std = jnp.zeros((1, 2)), jnp.ones((1, 2))
+    _, floored = mpo_loss(config, duals, mean, std, mean, std, actions, q_values)
+    _, plain = mpo_loss(dataclasses.replace(config, min_temperature=0.0), duals, mean, std, mean, std,
+                        actions, q_values)
+
+    def kl_to_uniform(top):  # weights (top, (1 - top) / 5 ...) against uniform over 6
+        rest = (1 - top) / 5
+        return top * math.log(6 * top) + 5 * rest * math.log(6 * rest)
+
+    np.testing.assert_allclose(floored["kl_q_rel"] * 0.1, kl_to_uniform(math.e / (math.e + 5)), rtol=1e-4)
+    np.testing.assert_allclose(plain["kl_q_rel"] * 0.1, kl_to_uniform(math.e**3 / (math.e**3 + 5)), rtol=1e-4)
+    np.testing.assert_allclose(floored["dual_temperature"], 1.0, rtol=1e-6)  # the dual itself unbounded
+    np.testing.assert_allclose(floored["penalty_kl_q_rel"], plain["penalty_kl_q_rel"], atol=1e-6)
+
+
 def test_hand_computed_case():
     # N=2, B=1, D=1, η = α_μ = α_σ = 1, no penalty. Q/η = (0, ln 3) ⇒ weights (1/4, 3/4),
     # L_η = ε + ln 4 − ln 2; μ' − μ = 0.1 with σ' = 1 ⇒ KL_μ = 0.005; σ = σ' ⇒ KL_σ = 0.

@@ -98,9 +98,16 @@ class MPOLossConfig:
     """One KL constraint per action dimension instead of one joint constraint."""
     action_penalization: bool = True
     """Penalise sampled actions outside [-1, 1] (MO-MPO penalty objective)."""
+    min_temperature: float = 0.0
+    """Floor on the temperature the E-step weights use (the temperature dual itself is not bounded):
+    where the sampled actions' values differ little, the dual drives η low and the weights chase the
+    critic's noise. 0 (no floor) is the reference."""
 
     def __post_init__(self) -> None:
         _positive(self, "epsilon", "epsilon_penalty", "epsilon_mean", "epsilon_stddev")
+        _check(isinstance(self.min_temperature, (int, float)) and math.isfinite(self.min_temperature)
+               and self.min_temperature >= 0, "MPOLossConfig.min_temperature", "a finite number >= 0",
+               self.min_temperature)
 
 
 AUTO_SUPPORT = ("auto", "auto-gym")

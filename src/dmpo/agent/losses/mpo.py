@@ -104,17 +104,19 @@ def _check_inputs(config: MPOLossConfig, duals: MPODuals, shapes: dict[str, tupl
 
 
 def _nonparametric_weights(
-    objective: jax.Array, raw_temperature: jax.Array, epsilon: float
+    objective: jax.Array, raw_temperature: jax.Array, epsilon: float, min_temperature: float = 0.0
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """E-step for one objective `[N, B]` (already stop-gradient).
 
-    Returns the weights `sg(softmax_N(objective / η))` `[N, B]`, the temperature dual loss
-    `η (ε + mean_B logsumexp_N(objective / η) − log N)` (a scalar; its gradient reaches only η̃)
-    and the diagnostic `KL(weights ‖ uniform)` averaged over states.
+    Returns the weights `sg(softmax_N(objective / max(η, min_temperature)))` `[N, B]`, the temperature
+    dual loss `η (ε + mean_B logsumexp_N(objective / η) − log N)` (a scalar; its gradient reaches only
+    η̃; the floor does not bound the dual, only the weights) and the diagnostic `KL(weights ‖ uniform)`
+    averaged over states.
     """
     temperature = constrained(raw_temperature)[0]
     tempered = objective / temperature
-    weights = sg(jax.nn.softmax(tempered, axis=0))
+    floored = tempered if min_temperature <= 0.0 else objective / jnp.maximum(temperature, min_temperature)
+    weights = sg(jax.nn.softmax(floored, axis=0))
     num_samples = objective.shape[0]
     log_num = jnp.asarray(math.log(num_samples), dtype=objective.dtype)
     log_normaliser = jax.nn.logsumexp(tempered, axis=0)  # [B]
@@ -161,7 +163,8 @@ def mpo_loss(
     target_mean, target_stddev = sg(target_mean), sg(target_stddev)
 
     # E-step: non-parametric improved policy as per-state weights over the sampled actions.
-    weights, loss_temperature, kl_q = _nonparametric_weights(q_values, duals.log_temperature, config.epsilon)
+    weights, loss_temperature, kl_q = _nonparametric_weights(q_values, duals.log_temperature, config.epsilon,
+                                                             config.min_temperature)
     stats = {"kl_q_rel": kl_q / config.epsilon}
     if config.action_penalization:
         # Zero inside the box [-1, 1]^D, minus the Euclidean distance to it outside.
