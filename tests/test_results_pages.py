@@ -35,6 +35,11 @@ def printed(benchmark_script):
             if script == "benchmarks/recorded.py":
                 files = [json.loads((ROOT / a).read_text(encoding="utf-8"))
                          for a in args if a.endswith(".json")]
+                if "--seeds" in args:
+                    after = args[args.index("--seeds") + 1:]
+                    seeds = [int(a) for a in after[:next((i for i, a in enumerate(after) if not a.isdigit()),
+                                                         len(after))]]
+                    files = [recorded.only_seeds(data, seeds) for data in files]
                 if "--time-to-score" in args:
                     outputs[command] = recorded.time_to_score_markdown(recorded.recorded_times(files))
                 else:
