@@ -109,6 +109,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     # A floor of 0.3 on the E-step temperature: weak seeds' temperature fell to about 0.1 at 20-40k env
     # steps, where the others' stayed near 0.35 (benchmarks/seed_diagnostics.py).
     "fast-tmin": ("--preset", "fast", "--agent.learner.mpo.min-temperature", "0.3"),
+    # Targets Polyak-averaged every update (rate 0.005, SAC's) instead of copied every 25 (policy) and
+    # 100 (critic) updates.
+    "fast-polyak": ("--preset", "fast", "--agent.learner.target-update-rate", "0.005"),
 }
 DEFAULT_PRESET = "fast"
 """What the tool runs without --preset: `dmpo train`'s own default."""
