@@ -47,6 +47,10 @@ def run_cli(argv, capsys):
         (["--actor-resources", '{"worker": 1}'], "--actor-resources, --learner-resources and"),
         (["--num-envs", "0"], "--num-envs must be an integer in [1, 256], got 0"),
         (["--num-envs", "257"], "--num-envs must be an integer in [1, 256], got 257"),
+        (["--pixels", "--agent.networks.normalize-observations"],
+         "--agent.networks.normalize-observations must be False with pixels"),
+        (["--actors", "1", "--pixels", "--agent.networks.normalize-observations"],
+         "--agent.networks.normalize-observations must be False with pixels"),
     ],
 )
 def test_invalid_train_arguments_name_the_flag_in_one_line(argv, message, capsys, tmp_path):

@@ -31,6 +31,7 @@ def test_defaults_are_the_reference_values():
     assert learner.mpo == MPOLossConfig(0.1, 1e-3, 2.5e-3, 1e-6, 10.0, 10.0, 1000.0, True, True)
     assert config.networks == NetworkConfig((256, 256, 256), (512, 512, 256), -150.0, 150.0, 51, 0.7)
     assert config.networks.layer_norm == "first"  # the reference normalises after the first layer only
+    assert config.networks.normalize_observations is False  # the reference feeds observations as they are
     assert config.min_observations == 1000 and config.observations_per_step == 8.0
 
 
@@ -61,6 +62,13 @@ def test_sample_efficient_preset_changes_only_the_documented_values():
     (lambda: NetworkConfig(num_atoms=1), "NetworkConfig.num_atoms"),
     (lambda: NetworkConfig(policy_layer_sizes=()), "NetworkConfig.policy_layer_sizes"),
     (lambda: NetworkConfig(layer_norm="all"), "NetworkConfig.layer_norm"),
+    (lambda: NetworkConfig(normalize_observations=1), "NetworkConfig.normalize_observations"),
+    (lambda: NetworkConfig(observation_network="drq", normalize_observations=True),
+     "NetworkConfig.normalize_observations"),
+    (lambda: NetworkConfig(observation_network="impala", normalize_observations=True),
+     "NetworkConfig.normalize_observations"),
+    (lambda: TrainConfig(pixels=True, agent=DMPOConfig(networks=NetworkConfig(normalize_observations=True))),
+     "NetworkConfig.normalize_observations"),
     (lambda: LearnerConfig(num_samples=0), "LearnerConfig.num_samples"),
     (lambda: LearnerConfig(target_update_rate=1.5), "LearnerConfig.target_update_rate"),
     (lambda: LearnerConfig(augmentation="random_crop"), "LearnerConfig.augmentation"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -44,6 +45,10 @@ CASES = {
     "states": ({"velocity": specs.Array((3,), np.float32), "position": specs.Array((2, 2), np.float32)},
                STATES),
     "pixels": (specs.Array((16, 16, 3), np.uint8), PIXELS),
+    # Running observation statistics are part of the observation network: the export normalises too.
+    "normalized states": (
+        {"velocity": specs.Array((3,), np.float32), "position": specs.Array((2, 2), np.float32)},
+        dataclasses.replace(STATES, normalize_observations=True)),
 }
 
 
@@ -55,7 +60,7 @@ def observations(case, rng, count=100):
             for _ in range(count)]
 
 
-@pytest.mark.parametrize("case", ["states", "pixels"])
+@pytest.mark.parametrize("case", list(CASES))
 def test_exported_policies_act_like_load_policy(case, tmp_path):
     spec, config = CASES[case]
     snapshot = make_snapshot(tmp_path / "run" / "snapshots" / "policy.msgpack", spec, config)

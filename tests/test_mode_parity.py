@@ -5,6 +5,8 @@ fall on episode ends in both modes) and tiny networks. Compared: the evaluator's
 at the same boundaries, labelled with the steps they evaluated, none replayed after training), the
 log labels, the checkpoints (one final checkpoint, no second copy of it), the status line, the run
 status and the videos (`--video-every`: the same evaluation filmed, from an environment seeded alike).
+The flags normalise observations by running statistics, so that the same runs show that feature in
+both modes (the learner merges them, the snapshot the actors' policy is written from carries them).
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import dmpo
+from dmpo.agent.networks.normalization import STATISTICS
 from test_cli import TINY, jax_cache_env
 
 pytestmark = pytest.mark.ray  # the `--actors 1` run starts a private cluster
 
 FLAGS = ["--steps", "1500", "--eval-every", "500", "--checkpoint-every", "500", "--keep-checkpoints", "5",
-         "--action-repeat", "8", "--eval-episodes", "1", "--video-every", "1000", *TINY]
+         "--action-repeat", "8", "--eval-episodes", "1", "--video-every", "1000",
+         "--agent.networks.normalize-observations", *TINY]
 
 
 def _train(run, *extra):
@@ -95,3 +100,16 @@ def test_both_modes_film_the_same_evaluation_at_the_same_steps(runs):
     for mode in ("one", "distributed"):
         run = runs[mode][0]
         assert sorted(p.name for p in (run / "videos").iterdir()) == ["step_000000001000.mp4"], mode
+
+
+def test_both_modes_learn_running_observation_statistics_and_snapshot_them(runs):
+    for name, (run, _) in runs.items():
+        statistics = dmpo.load_policy(run).params.observation[STATISTICS]
+        count = float(statistics["count"])
+        # Whole batches of 16 merged, one per learner step: at least one target copy after the first.
+        assert count >= 16 * 100 and count % 16 == 0, (name, count)
+        # cartpole's observation, sorted keys: position (cart x, cos θ, sin θ), velocity (2).
+        mean, variance = np.asarray(statistics["mean"]), np.asarray(statistics["variance"])
+        assert mean.shape == variance.shape == (5,), name
+        assert np.all(np.abs(mean[1:3]) <= 1) and np.all(variance[1:3] <= 1), (name, mean, variance)
+        assert np.all(variance > 0), (name, variance)

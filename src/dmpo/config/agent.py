@@ -146,6 +146,10 @@ class NetworkConfig:
     layer_norm: Literal["first", "every"] = "first"
     """Where the policy's and critic's MLPs normalise: after the first layer only (the reference), or
     before every hidden activation (as SimBa and BRO do for SAC)."""
+    normalize_observations: bool = False
+    """Normalise the flattened state observation by the running mean and variance of the observations
+    the learner samples (as SimBa does for SAC); state networks (`observation_network="flatten"`) only.
+    False is the reference."""
 
     def __post_init__(self) -> None:
         for name in ("policy_layer_sizes", "critic_layer_sizes"):
@@ -161,6 +165,11 @@ class NetworkConfig:
                "NetworkConfig.vmin", f"< vmax ({self.vmax})", self.vmin)
         _check(self.layer_norm in ("first", "every"), "NetworkConfig.layer_norm", "'first' or 'every'",
                self.layer_norm)
+        _check(isinstance(self.normalize_observations, bool), "NetworkConfig.normalize_observations",
+               "True or False", self.normalize_observations)
+        _check(not self.normalize_observations or self.observation_network == "flatten",
+               "NetworkConfig.normalize_observations", "False with a pixel observation network "
+               f"({self.observation_network!r}; only 'flatten' normalises)", self.normalize_observations)
         _check(isinstance(self.num_atoms, int) and self.num_atoms >= 2, "NetworkConfig.num_atoms",
                "an integer >= 2", self.num_atoms)
         _positive(self, "init_scale")

@@ -109,6 +109,9 @@ class TrainConfig:
                "a positive integer while eval_every > 0 (set eval_every=0 to turn evaluation off)",
                self.eval_episodes)
 
+        _check(not (self.pixels and self.agent.networks.normalize_observations),
+               "NetworkConfig.normalize_observations", "False with pixels (only state observations are "
+               "normalised)", self.agent.networks.normalize_observations)
         _check(self.video_every == 0 or self.eval_every > 0, "TrainConfig.video_every",
                "0 while eval_every is 0 (videos are filmed at evaluations)", self.video_every)
 

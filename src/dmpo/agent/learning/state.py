@@ -10,6 +10,7 @@ import optax
 
 from dmpo.agent.losses import MPODuals, init_duals
 from dmpo.agent.networks import DMPONetworks, Params, init_params
+from dmpo.agent.networks.normalization import trainable
 from dmpo.config import LearnerConfig
 from dmpo.types import EnvironmentSpec
 
@@ -64,8 +65,9 @@ def make_optimizers(config: LearnerConfig) -> Optimizers:
 
 
 def critic_group(params: Params) -> tuple[Any, Any]:
-    """The variables the critic loss trains: (observation network, critic)."""
-    return params.observation, params.critic
+    """The variables the critic loss trains: (observation network, critic). Running observation
+    statistics (`dmpo.agent.networks.normalization`) are left out: the learner merges them, no optimizer."""
+    return trainable(params.observation), params.critic
 
 
 def init_training_state(

@@ -3,6 +3,8 @@
 Order within a step:
   1. split the state's key into (next key, action-sampling key, augmentation key);
   2. augment the batch's pixels if configured;
+  2b. merge the batch's observations into the running observation statistics, if the observation
+      network keeps them (algorithm.md §4.1; the targets below copy the statistics of the step before);
   3. clamp the raw duals at −18 (TF reference: at the start of each loss call, so the projection acts
      on the previous dual update and the loss never sees an out-of-range dual; the JAX reference
      clamps after the dual update instead — the two differ only in whether the stored duals may sit
@@ -38,6 +40,7 @@ from dmpo.agent.losses import (
     support_edge_mass,
 )
 from dmpo.agent.networks import DMPONetworks, Params
+from dmpo.agent.networks.normalization import update_statistics, with_statistics
 from dmpo.config import LearnerConfig
 from dmpo.types import Transition
 
@@ -169,11 +172,13 @@ def make_update_fn(networks: DMPONetworks, config: LearnerConfig, *, jit: bool =
             batch = augment(keys.augment, batch)
         duals = clamp_duals(state.duals, DUAL_MINIMUM)
         target_params = update_targets(state.target_params, state.params, state.steps, config)
-        params = state.params
+        params = state.params._replace(
+            observation=update_statistics(state.params.observation, batch.observation))
         boot = bootstrap(networks, target_params, batch.next_observation, keys.sample, config.num_samples)
 
         def critic_objective(group: tuple[Any, Any]) -> jax.Array:
             observation, critic = group
+            observation = with_statistics(observation, params.observation)
             return critic_loss(networks, params._replace(observation=observation, critic=critic), batch,
                                boot.target_probs, config.discount)
 
@@ -186,6 +191,7 @@ def make_update_fn(networks: DMPONetworks, config: LearnerConfig, *, jit: bool =
 
         updates, critic_opt_state = optimizers.critic.update(critic_grads, state.critic_opt_state)
         observation, critic = optax.apply_updates(critic_group(params), updates)
+        observation = with_statistics(observation, params.observation)
         updates, policy_opt_state = optimizers.policy.update(policy_grads, state.policy_opt_state)
         policy = optax.apply_updates(params.policy, updates)
         updates, dual_opt_state = optimizers.dual.update(dual_grads, state.dual_opt_state)

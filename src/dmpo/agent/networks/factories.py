@@ -17,6 +17,7 @@ import numpy as np
 from dmpo.agent.networks.critic import Critic, EmbeddingProjection
 from dmpo.agent.networks.heads import CategoricalValueHead, GaussianPolicyHead, make_support
 from dmpo.agent.networks.mlp import MLP, Activation, BatchFlatten, Initializer, LayerNormMLP, default_mlp_init
+from dmpo.agent.networks.normalization import NormalizedFlatten
 from dmpo.config import NetworkConfig
 from dmpo.types import EnvironmentSpec
 
@@ -140,9 +141,11 @@ def _bundle(observation: nn.Module, policy: nn.Module, critic: nn.Module, config
 
 
 def make_control_networks(env_spec: EnvironmentSpec, config: NetworkConfig) -> DMPONetworks:
-    """State-based networks (algorithm.md §4.2): flatten → LayerNormMLP policy / critic with their heads."""
+    """State-based networks (algorithm.md §4.2): flatten (normalised if `normalize_observations`) →
+    LayerNormMLP policy / critic with their heads."""
     bounds = _action_bounds(env_spec)
-    return _bundle(BatchFlatten(), _policy(len(bounds[0]), config), _critic(bounds, config), config, bounds)
+    observation = NormalizedFlatten() if config.normalize_observations else BatchFlatten()
+    return _bundle(observation, _policy(len(bounds[0]), config), _critic(bounds, config), config, bounds)
 
 
 def make_pixel_networks(env_spec: EnvironmentSpec, config: NetworkConfig) -> DMPONetworks:
