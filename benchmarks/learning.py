@@ -112,6 +112,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     # Targets Polyak-averaged every update (rate 0.005, SAC's) instead of copied every 25 (policy) and
     # 100 (critic) updates.
     "fast-polyak": ("--preset", "fast", "--agent.learner.target-update-rate", "0.005"),
+    # State observations standardised by running statistics of the sampled batches (SimBa's input
+    # normalisation for SAC), where the reference feeds them raw.
+    "fast-obsnorm": ("--preset", "fast", "--agent.networks.normalize-observations"),
 }
 DEFAULT_PRESET = "fast"
 """What the tool runs without --preset: `dmpo train`'s own default."""
