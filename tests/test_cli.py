@@ -51,6 +51,8 @@ def run_cli(argv, capsys):
          "--agent.networks.normalize-observations must be False with pixels"),
         (["--actors", "1", "--pixels", "--agent.networks.normalize-observations"],
          "--agent.networks.normalize-observations must be False with pixels"),
+        (["--actors", "1", "--agent.networks.residual", "--agent.networks.policy-layer-sizes", "8", "8"],
+         "--agent.networks.policy-layer-sizes must be an odd number (at least 3) of equal sizes"),
     ],
 )
 def test_invalid_train_arguments_name_the_flag_in_one_line(argv, message, capsys, tmp_path):

@@ -32,6 +32,7 @@ def test_defaults_are_the_reference_values():
     assert config.networks == NetworkConfig((256, 256, 256), (512, 512, 256), -150.0, 150.0, 51, 0.7)
     assert config.networks.layer_norm == "first"  # the reference normalises after the first layer only
     assert config.networks.normalize_observations is False  # the reference feeds observations as they are
+    assert config.networks.residual is False  # the reference's MLPs have no skip connections
     assert config.min_observations == 1000 and config.observations_per_step == 8.0
 
 
@@ -69,6 +70,17 @@ def test_sample_efficient_preset_changes_only_the_documented_values():
      "NetworkConfig.normalize_observations"),
     (lambda: TrainConfig(pixels=True, agent=DMPOConfig(networks=NetworkConfig(normalize_observations=True))),
      "NetworkConfig.normalize_observations"),
+    (lambda: NetworkConfig(residual="yes"), "NetworkConfig.residual"),
+    # Residual blocks keep the width: equal sizes, the first layer then pairs.
+    (lambda: NetworkConfig(residual=True, policy_layer_sizes=(256, 256)), "NetworkConfig.policy_layer_sizes"),
+    (lambda: NetworkConfig(residual=True, critic_layer_sizes=(512, 512, 256)),
+     "NetworkConfig.critic_layer_sizes"),
+    (lambda: NetworkConfig(residual=True, critic_layer_sizes=(256,) * 3, layer_norm="every"),
+     "NetworkConfig.layer_norm"),
+    (lambda: NetworkConfig(residual=True, critic_layer_sizes=(256,) * 3, observation_network="drq"),
+     "NetworkConfig.residual"),
+    (lambda: TrainConfig(pixels=True, agent=DMPOConfig(networks=NetworkConfig(
+        residual=True, critic_layer_sizes=(256,) * 3))), "NetworkConfig.residual"),
     (lambda: LearnerConfig(num_samples=0), "LearnerConfig.num_samples"),
     (lambda: LearnerConfig(target_update_rate=1.5), "LearnerConfig.target_update_rate"),
     (lambda: LearnerConfig(augmentation="random_crop"), "LearnerConfig.augmentation"),

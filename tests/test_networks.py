@@ -119,6 +119,47 @@ def test_layer_norm_mlp_normalizing_every_layer_matches_hand_forward(activate_fi
     np.testing.assert_allclose(module.apply(variables, x), h, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("activate_final", [False, True])
+def test_residual_blocks_match_hand_forward(activate_final):
+    x = jax.random.normal(jax.random.PRNGKey(6), (3, 4))
+    module = LayerNormMLP((6, 6, 6, 6, 6), activate_final=activate_final, residual=True)
+    variables = module.init(jax.random.PRNGKey(0), x)
+    p = variables["params"]
+
+    def norm(params, h):
+        return layer_norm(h, np.asarray(params["scale"]), np.asarray(params["bias"]))
+
+    h = np.tanh(norm(p["LayerNorm_0"], dense(p["Dense_0"], np.asarray(x))))
+    blocks = p["ResidualBlocks_0"]
+    for block in range(2):  # two blocks of two layers after the first
+        inner = elu(norm(blocks[f"LayerNorm_{2 * block}"], dense(blocks[f"Dense_{2 * block}"], h)))
+        h = h + norm(blocks[f"LayerNorm_{2 * block + 1}"], dense(blocks[f"Dense_{2 * block + 1}"], inner))
+    if activate_final:
+        h = elu(h)
+    assert sorted(blocks) == ["Dense_0", "Dense_1", "Dense_2", "Dense_3",
+                              "LayerNorm_0", "LayerNorm_1", "LayerNorm_2", "LayerNorm_3"]
+    np.testing.assert_allclose(module.apply(variables, x), h, rtol=1e-5, atol=1e-5)
+
+
+def test_residual_blocks_keep_the_dense_weights_of_the_plain_torso():
+    """The same sizes: the same dense layers (so the same FLOPs), plus two LayerNorms per block."""
+    spec = make_spec()
+    sizes = (8, 8, 8)
+    config = dataclasses.replace(TINY, policy_layer_sizes=sizes, critic_layer_sizes=sizes)
+    plain = init_params(make_networks(spec, config), spec, jax.random.PRNGKey(0))
+    residual = init_params(make_networks(spec, dataclasses.replace(config, residual=True)), spec,
+                           jax.random.PRNGKey(0))
+
+    def kernels(tree):
+        return sorted(np.shape(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+                      if "kernel" in jax.tree_util.keystr(path))
+
+    for network in ("policy", "critic"):  # the residual blocks reach both
+        before, after = getattr(plain, network), getattr(residual, network)
+        assert kernels(after) == kernels(before)
+        assert "ResidualBlocks_0" in after["params"]["torso"] and "MLP_0" not in after["params"]["torso"]
+
+
 def test_mlp_weight_init_is_uniform_variance_scaling_fan_out():
     fan_in, fan_out = 256, 512
     variables = MLP((fan_out,)).init(jax.random.PRNGKey(3), jnp.ones((1, fan_in)))

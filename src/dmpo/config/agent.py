@@ -146,6 +146,10 @@ class NetworkConfig:
     layer_norm: Literal["first", "every"] = "first"
     """Where the policy's and critic's MLPs normalise: after the first layer only (the reference), or
     before every hidden activation (as SimBa and BRO do for SAC)."""
+    residual: bool = False
+    """Pair the policy's and critic's layers after the first into residual blocks (each adds
+    LayerNorm(Dense(act(LayerNorm(Dense(x))))) to its input, as BRO does for SAC): an odd number of
+    equal layer sizes, the same FLOPs as without; state networks only. False is the reference."""
     normalize_observations: bool = False
     """Normalise the flattened state observation by the running mean and variance of the observations
     the learner samples (as SimBa does for SAC); state networks (`observation_network="flatten"`) only.
@@ -165,6 +169,17 @@ class NetworkConfig:
                "NetworkConfig.vmin", f"< vmax ({self.vmax})", self.vmin)
         _check(self.layer_norm in ("first", "every"), "NetworkConfig.layer_norm", "'first' or 'every'",
                self.layer_norm)
+        _check(isinstance(self.residual, bool), "NetworkConfig.residual", "True or False", self.residual)
+        if self.residual:
+            for name in ("policy_layer_sizes", "critic_layer_sizes"):
+                sizes = getattr(self, name)
+                _check(len(sizes) >= 3 and len(sizes) % 2 == 1 and len(set(sizes)) == 1,
+                       f"NetworkConfig.{name}", "an odd number (at least 3) of equal sizes with residual "
+                       "blocks (the first layer, then blocks of two)", sizes)
+            _check(self.layer_norm == "first", "NetworkConfig.layer_norm",
+                   "'first' with residual blocks (they normalise each of their layers)", self.layer_norm)
+            _check(self.observation_network == "flatten", "NetworkConfig.residual",
+                   f"False with a pixel observation network ({self.observation_network!r})", self.residual)
         _check(isinstance(self.normalize_observations, bool), "NetworkConfig.normalize_observations",
                "True or False", self.normalize_observations)
         _check(not self.normalize_observations or self.observation_network == "flatten",

@@ -112,6 +112,9 @@ class TrainConfig:
         _check(not (self.pixels and self.agent.networks.normalize_observations),
                "NetworkConfig.normalize_observations", "False with pixels (only state observations are "
                "normalised)", self.agent.networks.normalize_observations)
+        _check(not (self.pixels and self.agent.networks.residual), "NetworkConfig.residual",
+               "False with pixels (residual blocks are built for the state networks)",
+               self.agent.networks.residual)
         _check(self.video_every == 0 or self.eval_every > 0, "TrainConfig.video_every",
                "0 while eval_every is 0 (videos are filmed at evaluations)", self.video_every)
 

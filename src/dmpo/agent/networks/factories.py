@@ -110,7 +110,8 @@ def _policy(
     head_kwargs = {} if head_init is None else {"kernel_init": head_init}
     return Policy(
         torso=LayerNormMLP(config.policy_layer_sizes, activation=activation, activate_final=True,
-                           kernel_init=kernel_init, normalize_every=config.layer_norm == "every"),
+                           kernel_init=kernel_init, normalize_every=config.layer_norm == "every",
+                           residual=config.residual),
         head=GaussianPolicyHead(action_dim, init_scale=config.init_scale, min_scale=config.min_scale,
                                 tanh_mean=config.tanh_mean, fixed_scale=config.fixed_scale, **head_kwargs),
     )
@@ -126,7 +127,7 @@ def _critic(
     head_kwargs = {} if head_init is None else {"kernel_init": head_init}
     return Critic(
         torso=torso or LayerNormMLP(config.critic_layer_sizes, activate_final=True,
-                                    normalize_every=config.layer_norm == "every"),
+                                    normalize_every=config.layer_norm == "every", residual=config.residual),
         head=CategoricalValueHead(config.vmin, config.vmax, config.num_atoms, **head_kwargs),
         action_minimum=tuple(float(x) for x in bounds[0]),
         action_maximum=tuple(float(x) for x in bounds[1]),

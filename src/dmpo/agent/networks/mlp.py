@@ -62,6 +62,7 @@ class LayerNormMLP(nn.Module):
     `activation` is applied between the later layers and after the last one iff `activate_final`;
     with a single size the output is the (bounded) tanh output. `normalize_every` puts a LayerNorm
     before each later activation too (`NetworkConfig.layer_norm="every"`, as SimBa and BRO do).
+    `residual` pairs the later layers into `ResidualBlocks` instead (`NetworkConfig.residual`).
     """
 
     layer_sizes: Sequence[int]
@@ -69,6 +70,7 @@ class LayerNormMLP(nn.Module):
     activate_final: bool = False
     kernel_init: Initializer = default_mlp_init
     normalize_every: bool = False
+    residual: bool = False
 
     @nn.compact
     def __call__(self, inputs: Any) -> jax.Array:
@@ -76,6 +78,9 @@ class LayerNormMLP(nn.Module):
             raise ValueError("LayerNormMLP.layer_sizes must name at least one layer")
         x = nn.Dense(self.layer_sizes[0], kernel_init=self.kernel_init)(batch_concat(inputs))
         x = jnp.tanh(nn.LayerNorm(epsilon=LAYER_NORM_EPSILON)(x))
+        if self.residual:
+            return ResidualBlocks(tuple(self.layer_sizes[1:]), activation=self.activation,
+                                  activate_final=self.activate_final, kernel_init=self.kernel_init)(x)
         return MLP(tuple(self.layer_sizes[1:]), activation=self.activation,
                    activate_final=self.activate_final, kernel_init=self.kernel_init,
                    normalize=self.normalize_every)(x)
@@ -102,3 +107,30 @@ class MLP(nn.Module):
                     x = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON)(x)
                 x = self.activation(x)
         return x
+
+
+class ResidualBlocks(nn.Module):
+    """Residual blocks of two layers each, as BRO builds SAC's networks: each block adds
+    `LayerNorm(Dense(activation(LayerNorm(Dense(x)))))` to its input `x`, so every layer keeps the
+    width of the input (`layer_sizes` is an even number of sizes, all equal to it) and the same
+    sizes cost the same FLOPs as the plain MLP. `activation` follows the last block iff
+    `activate_final`."""
+
+    layer_sizes: Sequence[int]
+    activation: Activation = nn.elu
+    activate_final: bool = False
+    kernel_init: Initializer = default_mlp_init
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        width = inputs.shape[-1]
+        if len(self.layer_sizes) % 2 or any(size != width for size in self.layer_sizes):
+            raise ValueError("ResidualBlocks.layer_sizes must be an even number of sizes equal to the "
+                             f"input's width {width}, got {tuple(self.layer_sizes)}")
+        x = inputs
+        for _ in range(len(self.layer_sizes) // 2):
+            y = nn.Dense(width, kernel_init=self.kernel_init)(x)
+            y = self.activation(nn.LayerNorm(epsilon=LAYER_NORM_EPSILON)(y))
+            y = nn.Dense(width, kernel_init=self.kernel_init)(y)
+            x = x + nn.LayerNorm(epsilon=LAYER_NORM_EPSILON)(y)
+        return self.activation(x) if self.activate_final else x
