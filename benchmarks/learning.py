@@ -115,6 +115,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     # State observations standardised by running statistics of the sampled batches (SimBa's input
     # normalisation for SAC), where the reference feeds them raw.
     "fast-obsnorm": ("--preset", "fast", "--agent.networks.normalize-observations"),
+    # The layers after the first in residual blocks with a LayerNorm on each layer (BRO's networks for
+    # SAC), at the same sizes and FLOPs as the default.
+    "fast-residual": ("--preset", "fast", "--agent.networks.residual"),
 }
 DEFAULT_PRESET = "fast"
 """What the tool runs without --preset: `dmpo train`'s own default."""
