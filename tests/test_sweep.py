@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -232,45 +233,16 @@ def fingerprint(out: Path) -> dict[str, tuple[int, str]]:
 
 
 @pytest.mark.ray
-def test_grid_sweep_finishes_every_trial_and_running_it_again_changes_nothing(tmp_path, capsys):
+def test_an_interrupted_grid_sweep_resumes_its_trials_and_running_it_again_changes_nothing(tmp_path, capsys):
+    """One sweep for the whole life: stopped by SIGTERM, it resumes its trials from their checkpoints
+    when the same command runs again; finished, the command only reads it; its trials are ordinary run
+    directories."""
     out = tmp_path / "sweep"
-    command = sweep_command(out, "--seeds", "0", "1", "--grid", "agent.learner.num-samples=2,3", "--",
-                            "--steps", "250", *SMALL)
-    first = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
-    assert "4 trials: 4 finished, 0 pruned, 0 failed" in first.stdout
-    runs = find_trials(out)
-    assert [(r.parent.name, r.name) for r in runs] == [
-        (f"agent.learner.num-samples={n}", f"seed-{s}") for n in (2, 3) for s in (0, 1)]
-    for run in runs:
-        info = json.loads((run / "run.json").read_text())
-        assert info["status"] == "finished"
-        saved = RunDirectory.open(run).load_config(TrainConfig)
-        assert saved.agent.learner.num_samples == int(run.parent.name[-1])
-        assert saved.seed == int(run.name[-1]) and saved.steps == 250
-    table = (out / "results.csv").read_text().splitlines()
-    assert len(table) == 5 and all(",finished,250," in row for row in table[1:])
-    before = fingerprint(out)
-    again = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "4 trials in" in again.stdout and "4 finished" in again.stdout
-    assert fingerprint(out) == before  # finished trials are only read
-    capsys.readouterr()
-    for run in runs:  # each one is an ordinary run directory
-        main(["eval", str(run), "--episodes", "1"])
-        assert "dmc:cartpole-swingup: return " in capsys.readouterr().out
-    assert main(["plot", str(out), "-o", str(tmp_path / "curves.png")]) is None
-    assert (tmp_path / "curves.png").stat().st_size > 0
-
-
-@pytest.mark.ray
-def test_an_interrupted_sweep_resumes_its_trials_from_their_checkpoints(tmp_path):
-    out = tmp_path / "sweep"
-    command = sweep_command(out, "--seeds", "0", "1", "--", "--steps", "1500", "--checkpoint-every", "125",
-                            *SMALL)
+    command = sweep_command(out, "--seeds", "0", "--grid", "agent.learner.num-samples=2,3", "--",
+                            "--steps", "1500", "--checkpoint-every", "125", *SMALL)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: len(list(out.glob("default/seed-*/checkpoints/step_*/state.json"))) >= 2,
+        wait_for(lambda: len(list(out.glob("*/seed-*/checkpoints/step_*/state.json"))) >= 2,
                  "a checkpoint of both trials", timeout=600, period=1.0)
         process.send_signal(signal.SIGTERM)  # as a cluster scheduler stops a job
         output, _ = process.communicate(timeout=600)
@@ -280,14 +252,39 @@ def test_an_interrupted_sweep_resumes_its_trials_from_their_checkpoints(tmp_path
     assert process.returncode == 130, output[-3000:]
     assert "the same command continues the sweep" in output
     assert "Tuner.restore" not in output, output[-3000:]  # Tune's own way would not resume the trials
-    stopped = [json.loads((run / "run.json").read_text())["status"] for run in find_trials(out)]
+    runs = find_trials(out)
+    assert [(r.parent.name, r.name) for r in runs] == [
+        (f"agent.learner.num-samples={n}", "seed-0") for n in (2, 3)]
+    stopped = [json.loads((run / "run.json").read_text())["status"] for run in runs]
     assert stopped == ["interrupted", "interrupted"], output[-3000:]
-    again = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:]
-    for run in find_trials(out):
+
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "2 trials: 2 finished, 0 pruned, 0 failed" in resumed.stdout, resumed.stdout[-3000:]
+    for run in runs:
         info = json.loads((run / "run.json").read_text())
         assert info["status"] == "finished" and len(info["resumes"]) == 1
         assert f"--resume {run}" in shlex.join(info["resumes"][0]["command"])
+        saved = RunDirectory.open(run).load_config(TrainConfig)
+        assert saved.agent.learner.num_samples == int(run.parent.name[-1])
+        assert saved.seed == 0 and saved.steps == 1500
+    # A trial stopped mid-episode resumes with a new episode: it ends at the first episode end past 1500.
+    with open(out / "results.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [(row["point"], row["status"]) for row in table] == [
+        (f"agent.learner.num-samples={n}", "finished") for n in (2, 3)], table
+    assert all(1500 <= int(row["env_steps"]) < 1500 + 125 for row in table), table
+
+    before = fingerprint(out)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 trials in" in again.stdout and "2 finished" in again.stdout, again.stdout[-3000:]
+    assert fingerprint(out) == before  # finished trials are only read
+    capsys.readouterr()
+    main(["eval", str(runs[0]), "--episodes", "1"])  # a trial is an ordinary run directory
+    assert "dmc:cartpole-swingup: return " in capsys.readouterr().out
+    assert main(["plot", str(out), "-o", str(tmp_path / "curves.png")]) is None
+    assert (tmp_path / "curves.png").stat().st_size > 0
 
 
 @pytest.mark.ray
