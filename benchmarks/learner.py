@@ -58,6 +58,8 @@ class Size:
     critic: tuple[int, ...]
     atoms: int = 51
     layer_norm: str = "first"
+    residual: bool = False
+    normalize_observations: bool = False
 
 
 SIZES = {
@@ -71,6 +73,12 @@ SIZES = {
     "fast-critic2": Size("fast-critic2", 256, 20, (256, 256, 256), (256, 256)),
     # `--preset fast --agent.networks.layer-norm every`: a LayerNorm before every hidden activation.
     "fast-b128-ln": Size("fast-b128-ln", 128, 20, (256, 256, 256), (256, 256, 256), layer_norm="every"),
+    # `--preset fast --agent.networks.residual`: the layers after the first in residual blocks.
+    "fast-b128-residual": Size("fast-b128-residual", 128, 20, (256, 256, 256), (256, 256, 256),
+                               residual=True),
+    # `--preset fast --agent.networks.normalize-observations`: running observation statistics.
+    "fast-b128-obsnorm": Size("fast-b128-obsnorm", 128, 20, (256, 256, 256), (256, 256, 256),
+                              normalize_observations=True),
 }
 
 
@@ -175,7 +183,8 @@ def setup(size: Size) -> Setup:
 
 def network_config(size: Size) -> NetworkConfig:
     return NetworkConfig(policy_layer_sizes=size.policy, critic_layer_sizes=size.critic,
-                         num_atoms=size.atoms, layer_norm=size.layer_norm)
+                         num_atoms=size.atoms, layer_norm=size.layer_norm,
+                         residual=size.residual, normalize_observations=size.normalize_observations)
 
 
 def time_updates(run: Setup, steps: int) -> float:
