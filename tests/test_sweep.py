@@ -242,8 +242,9 @@ def test_an_interrupted_grid_sweep_resumes_its_trials_and_running_it_again_chang
                             "--steps", "1500", "--checkpoint-every", "125", *SMALL)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: len(list(out.glob("*/seed-*/checkpoints/step_*/state.json"))) >= 2,
-                 "a checkpoint of both trials", timeout=600, period=1.0)
+        # Each trial's own checkpoint: two of one trial would let the other finish or not start.
+        wait_for(lambda: len({path.parents[2] for path in out.glob("*/seed-*/checkpoints/step_*/state.json")})
+                 >= 2, "a checkpoint of both trials", timeout=600, period=1.0)
         process.send_signal(signal.SIGTERM)  # as a cluster scheduler stops a job
         output, _ = process.communicate(timeout=600)
     finally:
