@@ -4,8 +4,9 @@
   continues, not a count the executor read at another moment (a distributed stop reads the shared
   count while the learner saves its own).
 - A signal during the final checkpoint of a run that reached its budget (the real command, one
-  process): the run is `finished`, and a resume of a run whose newest checkpoint holds its budget but
-  whose status is not `finished` writes the final events that are missing and finishes it.
+  process), or after it while the run closes: the run is `finished` and its line says so; a resume of
+  a run whose newest checkpoint holds its budget but whose status is not `finished` writes the final
+  events that are missing and finishes it.
 """
 
 from __future__ import annotations
@@ -71,6 +72,54 @@ def test_the_interrupt_line_names_the_steps_of_the_checkpoint_written(tmp_path: 
     assert message(stopped.value) == (f"interrupted at 3724 env steps; resume with: dmpo train --resume "
                                       f"{run.path}")
     assert json.loads((run.path / "run.json").read_text())["status"] == "interrupted"
+
+
+class StoppedWhileClosing:
+    """An executor that trains to its budget, writes its final checkpoint, and then takes a SIGTERM
+    while it closes (a private Ray cluster shutting down after the run ended `finished`)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run, self.closed = run, False
+
+    def start(self) -> None:
+        pass
+
+    def train(self) -> None:
+        pass
+
+    def env_steps(self) -> int:
+        return 10_000
+
+    def evaluate(self, film: bool) -> None:
+        return None
+
+    def finish(self, final) -> tuple[str, None]:
+        folder = self.run.path / "checkpoints" / "step_000000010000"
+        folder.mkdir(parents=True)
+        (folder / "state.json").write_text("{}")
+        return "finished", None
+
+    def interrupted(self) -> None:
+        raise AssertionError("a run that has finished writes no interrupt checkpoint")
+
+    def close(self, failed: bool = False) -> None:
+        if not self.closed:
+            self.closed = True
+            interrupt = KeyboardInterrupt()
+            interrupt.signum = signal.SIGTERM
+            raise interrupt
+
+
+def test_a_signal_while_a_finished_run_closes_is_said_as_finished(tmp_path: Path):
+    config = TrainConfig(env="test:fake", steps=10_000, eval_every=0, checkpoint_every=0, agent=TINY_AGENT)
+    run = Run(config, tmp_path / "run", progress=False, quiet=True, env_factory=fake_task)
+    run._executor = lambda: StoppedWhileClosing(run)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        run.train()
+    # Not "interrupted ...; resume with": run.json says finished, and a resume would have nothing to do.
+    assert message(stopped.value) == (f"finished at 10000 env steps, run directory {run.path} (SIGTERM came "
+                                      "as the run closed, after its final checkpoint was written)")
+    assert json.loads((run.path / "run.json").read_text())["status"] == "finished"
 
 
 def evaluation_steps(run: Path) -> list[int]:

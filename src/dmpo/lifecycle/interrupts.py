@@ -356,13 +356,16 @@ def exit_code(error: KeyboardInterrupt) -> int:
     return 128 + int(getattr(error, "signum", signal.SIGINT))
 
 
-def annotate(error: KeyboardInterrupt, env_steps: int, run_dir: object, ended: str | None = None) -> None:
+def annotate(error: KeyboardInterrupt, env_steps: int, run_dir: object, ended: str | None = None,
+             closing: bool = False) -> None:
     """Notes on an interrupt where the run stopped, for the one line `dmpo train` prints: the env
     steps of its newest checkpoint, its folder, and `ended`, the status of a run whose final events
-    were all written when the signal was taken (e.g. "finished")."""
+    were all written when the signal was taken (e.g. "finished"): during its final checkpoint, which
+    it waited for, or after it, while the run closed (`closing`: e.g. its private Ray cluster stopping)."""
     error.env_steps = int(env_steps)  # type: ignore[attr-defined]
     error.run_dir = str(run_dir)  # type: ignore[attr-defined]
     error.ended = ended  # type: ignore[attr-defined]
+    error.closing = closing  # type: ignore[attr-defined]
 
 
 def message(error: KeyboardInterrupt) -> str:
@@ -374,6 +377,9 @@ def message(error: KeyboardInterrupt) -> str:
         return "interrupted before training started"
     if getattr(error, "ended", None) is not None:
         name = signal.Signals(int(getattr(error, "signum", signal.SIGINT))).name
-        return (f"{error.ended} at {steps} env steps, run directory {run_dir} ({name} came while its final "  # type: ignore[attr-defined]
-                "checkpoint was written, which it waited for)")
+        if getattr(error, "closing", False):
+            came = "as the run closed, after its final checkpoint was written"
+        else:
+            came = "while its final checkpoint was written, which it waited for"
+        return f"{error.ended} at {steps} env steps, run directory {run_dir} ({name} came {came})"  # type: ignore[attr-defined]
     return f"interrupted at {steps} env steps; resume with: dmpo train --resume {run_dir}"

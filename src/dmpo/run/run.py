@@ -308,8 +308,9 @@ class Run:
         self._end(status, reason or self.callbacks.run.stop_reason)
         try:
             executor.close()  # e.g. a private Ray cluster shuts down
-        except KeyboardInterrupt as interrupt:  # the run has ended already: said with its steps
-            annotate(interrupt, executor.env_steps(), self.path)
+        except KeyboardInterrupt as interrupt:  # the run has ended already: said with its status
+            annotate(interrupt, self._resumable_steps(executor.env_steps()), self.path, ended=status,
+                     closing=True)
             raise
         summary = {**executor.summary(), "run_dir": str(self.path),
                    "stop_reason": self.callbacks.run.stop_reason}
