@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from holds import has_checkpoint, holding_env
+from holds import PAUSE_AFTER_CHECKPOINT, holding_env
 from test_faults import TINY, child_env, wait_for
 
 CLI = [sys.executable, "-m", "dmpo.cli", "train"]
@@ -52,11 +52,12 @@ class Training:
     """One `dmpo train` in its own session, its output in files."""
 
     def __init__(self, tmp_path: Path, run: Path, flags: list[str], hold_step: int | None = None,
-                 hold_start: str | None = None) -> None:
+                 hold_start: str | None = None, pause_after_checkpoint: int | None = None) -> None:
         self.run, self.out, self.err = run, tmp_path / "stdout", tmp_path / "stderr"
         self.hold = tmp_path / "hold"
-        if hold_step is not None or hold_start is not None:
-            env = holding_env(self.hold, final_save_step=hold_step, start=hold_start)
+        if hold_step is not None or hold_start is not None or pause_after_checkpoint is not None:
+            env = holding_env(self.hold, final_save_step=hold_step, start=hold_start,
+                              pause_after_checkpoint=pause_after_checkpoint)
         else:
             env = child_env()
         # A temp folder of its own (short: Ray's socket paths must fit in 107 bytes), to see what is left.
@@ -109,8 +110,10 @@ def first_learner_step(training: Training) -> bool:
     return log.is_file() and log.stat().st_size > 0
 
 
-def first_checkpoint(training: Training) -> bool:
-    return has_checkpoint(training.run)
+def held_mid_episode(training: Training) -> bool:
+    """Held PAUSE_AFTER_CHECKPOINT env steps after the first checkpoint (step 300 of 400): once a
+    checkpoint merely existed, a loaded machine let the run reach its budget before the signal came."""
+    return (training.hold / "paused").is_file()
 
 
 def final_save(training: Training) -> bool:
@@ -122,7 +125,7 @@ def start_up_held(training: Training) -> bool:
 
 
 MOMENTS = {"jax": jax_loading, "ray": ray_starting, "first step": first_learner_step,
-           "mid-run": first_checkpoint, "final save": final_save, "ray held": start_up_held}
+           "mid-run": held_mid_episode, "final save": final_save, "ray held": start_up_held}
 STOP_TIMEOUT = 5
 SLACK = 10  # the cluster's shutdown and the interpreter's exit, on a loaded 2-core machine
 
@@ -150,11 +153,12 @@ def test_a_signal_at_any_moment_stops_the_run_the_documented_way(tmp_path, mode,
         pytest.skip(f"{signal.Signals(signum).name} is ignored in this test process (started under nohup?)")
     run = tmp_path / "run"
     training = Training(tmp_path, run, [*FLAGS, *mode], hold_step=STEPS if moment == "final save" else None,
-                        hold_start="raylet" if moment == "ray held" else None)
+                        hold_start="raylet" if moment == "ray held" else None,
+                        pause_after_checkpoint=PAUSE_AFTER_CHECKPOINT if moment == "mid-run" else None)
     training.wait_until(lambda: MOMENTS[moment](training), moment)
     training.send(signum, group)
     signalled = time.monotonic()
-    if moment == "final save":
+    if moment in ("final save", "mid-run"):
         (training.hold / "go").touch()
     # A held start-up is never released: the stop must not wait for it.
     code = training.finish(timeout=STOP_TIMEOUT + SLACK if moment == "ray held" else 300)
