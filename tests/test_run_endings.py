@@ -63,13 +63,19 @@ class StoppedAfterSaving:
         pass
 
 
-def test_the_interrupt_line_names_the_steps_of_the_checkpoint_written(tmp_path: Path):
+def signalled_run(tmp_path: Path, executor) -> tuple[KeyboardInterrupt, Run]:
+    """A 10,000-step `Run` on `executor(run)`, which a signal stops: (the interrupt raised, the run)."""
     config = TrainConfig(env="test:fake", steps=10_000, eval_every=0, checkpoint_every=0, agent=TINY_AGENT)
     run = Run(config, tmp_path / "run", progress=False, quiet=True, env_factory=fake_task)
-    run._executor = lambda: StoppedAfterSaving(run)
+    run._executor = lambda: executor(run)
     with pytest.raises(KeyboardInterrupt) as stopped:
         run.train()
-    assert message(stopped.value) == (f"interrupted at 3724 env steps; resume with: dmpo train --resume "
+    return stopped.value, run
+
+
+def test_the_interrupt_line_names_the_steps_of_the_checkpoint_written(tmp_path: Path):
+    interrupt, run = signalled_run(tmp_path, StoppedAfterSaving)
+    assert message(interrupt) == (f"interrupted at 3724 env steps; resume with: dmpo train --resume "
                                       f"{run.path}")
     assert json.loads((run.path / "run.json").read_text())["status"] == "interrupted"
 
@@ -111,13 +117,9 @@ class StoppedWhileClosing:
 
 
 def test_a_signal_while_a_finished_run_closes_is_said_as_finished(tmp_path: Path):
-    config = TrainConfig(env="test:fake", steps=10_000, eval_every=0, checkpoint_every=0, agent=TINY_AGENT)
-    run = Run(config, tmp_path / "run", progress=False, quiet=True, env_factory=fake_task)
-    run._executor = lambda: StoppedWhileClosing(run)
-    with pytest.raises(KeyboardInterrupt) as stopped:
-        run.train()
+    interrupt, run = signalled_run(tmp_path, StoppedWhileClosing)
     # Not "interrupted ...; resume with": run.json says finished, and a resume would have nothing to do.
-    assert message(stopped.value) == (f"finished at 10000 env steps, run directory {run.path} (SIGTERM came "
+    assert message(interrupt) == (f"finished at 10000 env steps, run directory {run.path} (SIGTERM came "
                                       "as the run closed, after its final checkpoint was written)")
     assert json.loads((run.path / "run.json").read_text())["status"] == "finished"
 
