@@ -229,6 +229,26 @@ def test_a_run_with_one_evaluation_is_left_out_of_the_averaged_curves(tmp_path):
     assert plot_wallclock(only_started, tmp_path / "one.png", resamples=100).is_file()
 
 
+def test_runs_that_share_no_wall_clock_stretch_are_left_out_of_the_wall_clock_figure(tmp_path, capsys):
+    # A run slowed down by others first evaluates after a fast one's last evaluation: no mean exists.
+    def run(name: str, walls: tuple[float, ...]) -> Path:
+        created = RunDirectory.create(tmp_path / name, TrainConfig(seed=0), seed=0, command=["train"])
+        logger = CSVLogger(created.path, "evaluator")
+        for i, wall in enumerate(walls):
+            logger.write({"actor_steps": 1000 * (i + 1), "return_mean": float(i), "wall_seconds": wall})
+        logger.close()
+        return created.path
+
+    fast, slow = run("fast", (60.0, 120.0, 180.0)), run("slow", (600.0, 1200.0, 1800.0))
+    steady = [run("a", (60.0, 120.0, 180.0)), run("b", (66.0, 130.0, 200.0))]
+    groups = {"dmc:cartpole-swingup": {"apart": [fast, slow], "together": steady}}
+    path = plot_wallclock(groups, tmp_path / "wall.png", resamples=100)
+    assert_curves_drawn(path, ["C0"])  # the one config drawn takes the first colour
+    assert colour_pixels(path, "C1") == 0
+    assert "dmc:cartpole-swingup / apart left out" in capsys.readouterr().err
+    assert plot_wallclock({"t": {"apart": [fast, slow]}}, tmp_path / "none.png", resamples=100) is None
+
+
 # ---------------------------------------------------------------------------------------- the script
 
 

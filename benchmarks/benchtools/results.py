@@ -24,6 +24,7 @@ import io
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -308,7 +309,9 @@ def plot_wallclock(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[
                    output: str | os.PathLike[str], *, confidence: float = 0.95, resamples: int = 10_000,
                    seed: int = 0, num_points: int = 200, title: str | None = None) -> Path | None:
     """As `plot_benchmark`, against the wall-clock minutes of each evaluation (`benchtools.time_to_score`);
-    runs without a known wall time are left out, and None is returned when no run has one."""
+    runs without a known wall time are left out, and None is returned when no run has one. A config
+    whose runs share no stretch of wall-clock time (a run that others slowed down may end before another
+    first evaluates) has no mean to draw: it is left out, with one line on stderr."""
     from benchtools.time_to_score import evaluation_times
     from dmpo.reporting.plotting import Curve
 
@@ -322,6 +325,12 @@ def plot_wallclock(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[
                     curves.append(Curve(Path(run), times.wall_seconds / 60.0, times.returns, "wall minutes"))
             if curves:
                 curves = spanning_curves(curves)
+                start, end = max(float(c.x[0]) for c in curves), min(float(c.x[-1]) for c in curves)
+                if len(curves) > 1 and not start < end:  # e.g. one run slowed down by others beside it
+                    print(f"wall-clock figure: {task} / {config} left out: its runs' evaluations share no "
+                          f"stretch of wall-clock minutes (the latest first one at {start:.1f}, the earliest "
+                          f"last one at {end:.1f}); the time-to-score table has each run's", file=sys.stderr)
+                    continue
                 grid, values = interpolate_curves(curves, num_points=num_points)
                 low, high = bootstrap_ci(values, confidence=confidence, resamples=resamples, seed=seed)
                 panels.setdefault(task, {})[config] = (len(curves), grid, values.mean(axis=0), low, high)
