@@ -76,7 +76,7 @@ def signalled_run(tmp_path: Path, executor) -> tuple[KeyboardInterrupt, Run]:
 def test_the_interrupt_line_names_the_steps_of_the_checkpoint_written(tmp_path: Path):
     interrupt, run = signalled_run(tmp_path, StoppedAfterSaving)
     assert message(interrupt) == (f"interrupted at 3724 env steps; resume with: dmpo train --resume "
-                                      f"{run.path}")
+                                  f"{run.path}")
     assert json.loads((run.path / "run.json").read_text())["status"] == "interrupted"
 
 
@@ -120,7 +120,7 @@ def test_a_signal_while_a_finished_run_closes_is_said_as_finished(tmp_path: Path
     interrupt, run = signalled_run(tmp_path, StoppedWhileClosing)
     # Not "interrupted ...; resume with": run.json says finished, and a resume would have nothing to do.
     assert message(interrupt) == (f"finished at 10000 env steps, run directory {run.path} (SIGTERM came "
-                                      "as the run closed, after its final checkpoint was written)")
+                                  "as the run closed, after its final checkpoint was written)")
     assert json.loads((run.path / "run.json").read_text())["status"] == "finished"
 
 

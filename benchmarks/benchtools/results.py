@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dmpo.reporting.plotting import interpolate_curves, load_curve, spanning_curves
+from dmpo.reporting.plotting import interpolate_curves, load_curve, shared_range, spanning_curves
 from dmpo.sweeps.results import csv_text
 from dmpo.utils.files import atomic_write_bytes, atomic_write_text
 
@@ -325,11 +325,12 @@ def plot_wallclock(groups: Mapping[str, Mapping[str, Sequence[str | os.PathLike[
                     curves.append(Curve(Path(run), times.wall_seconds / 60.0, times.returns, "wall minutes"))
             if curves:
                 curves = spanning_curves(curves)
-                start, end = max(float(c.x[0]) for c in curves), min(float(c.x[-1]) for c in curves)
+                start, end = shared_range(curves)
                 if len(curves) > 1 and not start < end:  # e.g. one run slowed down by others beside it
                     print(f"wall-clock figure: {task} / {config} left out: its runs' evaluations share no "
                           f"stretch of wall-clock minutes (the latest first one at {start:.1f}, the earliest "
-                          f"last one at {end:.1f}); the time-to-score table has each run's", file=sys.stderr)
+                          f"last one at {end:.1f}); the time-to-score table has each run's minutes",
+                          file=sys.stderr)
                     continue
                 grid, values = interpolate_curves(curves, num_points=num_points)
                 low, high = bootstrap_ci(values, confidence=confidence, resamples=resamples, seed=seed)

@@ -25,7 +25,7 @@ import numpy as np
 from dmpo.utils.files import atomic_write_bytes
 
 __all__ = ["BAND_NAMES", "Curve", "aggregate_curves", "group_runs", "interpolate_curves", "load_curve",
-           "spanning_curves",
+           "shared_range", "spanning_curves",
            "plot_figure", "plot_runs", "smooth"]
 
 _STEP_PREFERENCE = ("actor_steps", "steps", "evaluator_steps", "learner_steps")
@@ -108,6 +108,11 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
     return (sums[idx] - sums[start]) / (idx - start)
 
 
+def shared_range(curves: Sequence[Curve]) -> tuple[float, float]:
+    """(latest first x, earliest last x) of the curves: the x range they all cover when first < last."""
+    return max(float(c.x[0]) for c in curves), min(float(c.x[-1]) for c in curves)
+
+
 def interpolate_curves(curves: Sequence[Curve], *, num_points: int = 200) -> tuple[np.ndarray, np.ndarray]:
     """(grid, values): the curves linearly interpolated onto `num_points` x values spanning the range
     they all cover; `values[i]` is curve i. A single curve is returned on its own x values."""
@@ -115,8 +120,7 @@ def interpolate_curves(curves: Sequence[Curve], *, num_points: int = 200) -> tup
         raise ValueError("interpolate_curves needs at least one curve")
     if len(curves) == 1:
         return curves[0].x, curves[0].y[None, :]
-    lo = max(float(c.x[0]) for c in curves)
-    hi = min(float(c.x[-1]) for c in curves)
+    lo, hi = shared_range(curves)
     if not lo < hi:
         raise ValueError(f"runs {[str(c.run) for c in curves]} share no x range to average over "
                          f"({curves[0].x_key} from {lo} to {hi})")
