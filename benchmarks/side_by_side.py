@@ -1,19 +1,20 @@
-"""Time to score of dmpo against its two peers (Acme's TF DMPO, SBX's SAC), one run at a time on one machine.
+"""Time to score of dmpo against its peers (Acme's TF DMPO, SBX's SAC and TQC), one run at a time.
 
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/side_by_side.py --task dmc:cartpole-swingup \\
         --seeds 0 --threshold 800 --max-steps 500000 --max-minutes 60 --out bench/side-by-side \\
-        --runs dmpo dmpo-overlap dmpo-actors1 dmpo-actors2 sac acme [-- extra dmpo flags]
+        --runs dmpo dmpo-overlap dmpo-actors1 dmpo-actors2 sac tqc acme [-- extra dmpo flags]
     ... benchmarks/side_by_side.py --out bench/side-by-side --summarise-only
     ... benchmarks/side_by_side.py --summarise benchmarks/recorded/side-by-side/walker-walk-b128.json
 
 Every (run kind, seed) runs alone, one after another, as a subprocess in its own process group under
 `nice -n 10`. Each is timed the same way: wall-clock since its launch at which each result line (Acme,
-SAC: stdout) or log row (dmpo: the CSV logs, polled every second) was first seen. Two metrics, each as
+SAC, TQC: stdout) or log row (dmpo: the CSV logs, polled every second) was first seen. Two metrics, each as
 (env steps, minutes) when first reached (`benchtools.side_by_side_metrics`):
 
-    (a) evaluation return ≥ threshold: dmpo's evaluator, SAC's evaluation lines; Acme has no evaluator.
+    (a) evaluation return ≥ threshold: dmpo's evaluator, SAC's and TQC's evaluation lines; Acme has no
+        evaluator.
     (b) 10-episode moving mean of training-episode returns ≥ threshold: dmpo's and Acme's training
-        episodes; SAC prints none.
+        episodes; SAC and TQC print none.
 
 A run is stopped (SIGINT, then SIGTERM and SIGKILL of its group) once every metric it has is reached, or
 at --max-minutes; --max-steps is its own training budget. A capped run gives a lower bound ("> X min").
@@ -25,7 +26,8 @@ again continues the batch, skipping runs already there) and results.md (the tabl
 commit, machine, load and commands on top).
 
 The peers' paths: --acme-python/--acme-script and --sac-python/--sac-script, or the environment variables
-DMPO_BENCH_ACME_PYTHON, DMPO_BENCH_ACME_SCRIPT, DMPO_BENCH_SAC_PYTHON and DMPO_BENCH_SAC_SCRIPT.
+DMPO_BENCH_ACME_PYTHON, DMPO_BENCH_ACME_SCRIPT, DMPO_BENCH_SAC_PYTHON and DMPO_BENCH_SAC_SCRIPT. TQC runs
+from the SAC peer's environment and script (`--algo tqc`, at its own defaults).
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ from benchtools.side_by_side_metrics import (
 )
 from dmpo.sweeps.results import DEFAULT_THRESHOLDS
 
-RUN_KINDS = ("dmpo", "dmpo-overlap", "dmpo-actors1", "dmpo-actors2", "sac", "acme")
+RUN_KINDS = ("dmpo", "dmpo-overlap", "dmpo-actors1", "dmpo-actors2", "sac", "tqc", "acme")
+# The SBX algorithms, run by one peer script (`--algo`) from one environment: the SAC peer's.
+SBX_KINDS = ("sac", "tqc")
 DMPO_KIND_FLAGS = {"dmpo": [], "dmpo-overlap": ["--overlap-learner"], "dmpo-actors1": ["--actors", "1"],
                    "dmpo-actors2": ["--actors", "2"]}
 ACME_TASK = "dmc:cartpole-swingup"  # the task the Acme peer script builds by itself
@@ -66,8 +70,8 @@ REPO = Path(__file__).resolve().parent.parent
 PEER_FLAGS = (
     ("--acme-python", "DMPO_BENCH_ACME_PYTHON", "the Python of Acme's TF DMPO environment"),
     ("--acme-script", "DMPO_BENCH_ACME_SCRIPT", "the Acme peer script (its `train` command)"),
-    ("--sac-python", "DMPO_BENCH_SAC_PYTHON", "the Python of the SBX SAC environment"),
-    ("--sac-script", "DMPO_BENCH_SAC_SCRIPT", "the SBX SAC peer script"),
+    ("--sac-python", "DMPO_BENCH_SAC_PYTHON", "the Python of the SBX environment (SAC and TQC runs)"),
+    ("--sac-script", "DMPO_BENCH_SAC_SCRIPT", "the SBX peer script (SAC and TQC runs)"),
 )
 # bench.py train's episode line: episode, cumulative env steps, return, steps/s, its own wall seconds.
 ACME_EPISODE_LINE = re.compile(
@@ -105,8 +109,8 @@ def run_command(kind: str, seed: int, args: argparse.Namespace, run_dir: Path) -
                    "--steps", str(args.max_steps), "--eval-every", str(eval_every), "--run-dir", str(run_dir),
                    "--no-progress", *DMPO_KIND_FLAGS[kind], *args.dmpo_flags]
         extra_env = {}
-    elif kind == "sac":
-        command = [args.sac_python, args.sac_script, args.task.split(":", 1)[1],
+    elif kind in SBX_KINDS:
+        command = [args.sac_python, args.sac_script, args.task.split(":", 1)[1], "--algo", kind,
                    "--steps", str(args.max_steps), "--seed", str(seed), "--eval-every", str(eval_every)]
         extra_env = {"MUJOCO_GL": "egl"}
     else:
@@ -248,7 +252,7 @@ def run_one(kind: str, seed: int, args: argparse.Namespace) -> dict:
                 evaluator.poll(seconds)
                 episodes.poll(seconds)
                 return parse_dmpo(evaluator, episodes)
-            return (parse_sac if kind == "sac" else parse_acme)(list(reader.lines))
+            return (parse_sac if kind in SBX_KINDS else parse_acme)(list(reader.lines))
 
         status = None
         try:
@@ -322,7 +326,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="training episodes in the moving mean of metric (b) (fewer only for smoke runs)")
     parser.add_argument("--max-steps", type=int, default=500_000)
     parser.add_argument("--max-minutes", type=float, default=60.0)
-    parser.add_argument("--eval-every", type=int, default=10_000, help="dmpo and SAC evaluation period")
+    parser.add_argument("--eval-every", type=int, default=10_000, help="dmpo, SAC and TQC evaluation period")
     parser.add_argument("--out", type=Path, help="the batch's folder (results.json, results.md, runs/)")
     parser.add_argument("--runs", nargs="+", choices=RUN_KINDS, default=list(RUN_KINDS))
     parser.add_argument("--summarise-only", action="store_true",
@@ -336,9 +340,11 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not (args.summarise_only or args.summarise):
         for flag, variable, what in PEER_FLAGS:
-            kind = flag.split("-")[2]  # --acme-python -> acme
-            if kind in args.runs and not getattr(args, flag[2:].replace("-", "_")):
-                parser.error(f"--runs {kind} needs {flag} or ${variable}: {what}")
+            peer = flag.split("-")[2]  # --acme-python -> acme
+            kinds = SBX_KINDS if peer == "sac" else (peer,)
+            for kind in (k for k in kinds if k in args.runs):
+                if not getattr(args, flag[2:].replace("-", "_")):
+                    parser.error(f"--runs {kind} needs {flag} or ${variable}: {what}")
     args.dmpo_flags = dmpo_flags
     if args.summarise:
         return args

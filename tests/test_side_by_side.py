@@ -76,17 +76,24 @@ def test_table_from_recorded_runs(side_by_side, tmp_path):
     sac = {"kind": "sac", "seed": 0, "threshold": 800.0, "status": "reached", "env_steps": 30_000,
            "seconds": 720.0, "load_start": 1.0, "load_end": 2.0, "command": "sac",
            "evaluations": [{"env_steps": 30_000, "return": 810.0, "seconds": 720.0}], "episodes": None}
+    tqc = {**sac, "kind": "tqc", "command": "tqc", "seconds": 1000.0,
+           "evaluations": [{"env_steps": 20_000, "return": 790.0, "seconds": 600.0},
+                           {"env_steps": 30_000, "return": 805.0, "seconds": 960.0}]}
     results = {"task": "dmc:cartpole-swingup", "threshold": 800.0, "updated": "now", "commit": "abc",
                "machine": "cpu, 2 cores", "max_steps": 500_000, "max_minutes": 20.0,
-               "runs": [dmpo, acme, sac]}
+               "runs": [dmpo, acme, sac, tqc]}
     (tmp_path / "results.json").write_text(json.dumps(results))
     side_by_side.main(["--out", str(tmp_path), "--summarise-only"])
     table = (tmp_path / "results.md").read_text()
-    # dmpo: (a) at 4.0 min, (b) the 10th episode (10,000 steps, 2.0 min); Acme capped at 20 min; SAC 12 min.
+    # dmpo: (a) at 4.0 min, (b) the 10th episode (10,000 steps, 2.0 min); Acme capped at 20 min; SAC 12 min;
+    # TQC's first evaluation (790) is below the threshold, its second (960 s = 16 min) reaches it.
     assert "| dmpo | 0 | 83 | 4.0 min @ 20,000 steps | 2.0 min @ 10,000 steps | reached |" in table
     assert "| acme | 0 | 25 | n/a | > 20.0 min (> 30,000 steps) | cap: max minutes |" in table
     assert "| dmpo | (b) | acme | ≥ 10.00 |" in table
     assert "| dmpo | (a) | sac | 3.00 |" in table
+    assert "| tqc | 1 | 16.0 min @ 30,000 steps | n/a |" in table
+    assert "| dmpo | (a) | tqc | 4.00 |" in table
+    assert "| dmpo | (b) | tqc |" not in table  # TQC prints no training returns
 
 
 def test_acme_runs_other_tasks_through_the_wrapper_which_sets_only_the_task(side_by_side, tmp_path):
@@ -123,5 +130,16 @@ def test_peer_paths_come_from_flags_or_the_environment_never_a_default(side_by_s
     monkeypatch.setenv("DMPO_BENCH_SAC_PYTHON", "/opt/sac/bin/python")
     monkeypatch.setenv("DMPO_BENCH_SAC_SCRIPT", "sac_dmc.py")
     args = side_by_side.parse_arguments([*base, "--runs", "sac"])
-    assert side_by_side.run_command("sac", 0, args, tmp_path / "run")[0][3:5] == ["/opt/sac/bin/python",
-                                                                               "sac_dmc.py"]
+    assert side_by_side.run_command("sac", 0, args, tmp_path / "run")[0][3:7] == ["/opt/sac/bin/python",
+                                                                               "sac_dmc.py", "walker-walk",
+                                                                               "--algo"]
+    # TQC runs from the SAC peer's environment and script, which picks the SBX class by --algo.
+    monkeypatch.delenv("DMPO_BENCH_SAC_PYTHON")
+    with pytest.raises(SystemExit) as error:
+        side_by_side.parse_arguments([*base, "--runs", "tqc"])
+    assert error.value.code == 2
+    monkeypatch.setenv("DMPO_BENCH_SAC_PYTHON", "/opt/sac/bin/python")
+    args = side_by_side.parse_arguments([*base, "--runs", "dmpo", "tqc"])
+    command = side_by_side.run_command("tqc", 2, args, tmp_path / "run")[0]
+    assert command[3:8] == ["/opt/sac/bin/python", "sac_dmc.py", "walker-walk", "--algo", "tqc"]
+    assert command[command.index("--seed") + 1] == "2"

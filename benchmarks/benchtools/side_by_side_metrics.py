@@ -5,12 +5,12 @@ A recorded run is a dict (as stored in results.json) with, among others:
     kind, seed, threshold, mean_episodes (the moving mean's window, 10 by default),
     status ("reached", "cap: max steps", "cap: max minutes", "unsupported: ...",
     "failed (exit N)"), seconds (how long it ran), env_steps (the last count seen),
-    evaluations   [{env_steps, return, seconds}]   evaluation returns (dmpo evaluator, SAC eval lines)
+    evaluations   [{env_steps, return, seconds}]   evaluation returns (dmpo evaluator, SAC/TQC lines)
     episodes      [{env_steps, return, seconds}]   training-episode returns (dmpo, Acme)
 
 `seconds` is always wall-clock since the subprocess was launched, when the line or row was first seen,
 so every peer is timed the same way whatever its own clock measures. A peer that has no evaluation
-(Acme) or no training returns (SAC) stores None for that list, and its metric is "n/a".
+(Acme) or no training returns (SAC, TQC) stores None for that list, and its metric is "n/a".
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ METRIC_TITLES = {
     EVALUATION: "(a) evaluation return ≥ threshold",
     TRAINING_MEAN: "(b) moving mean of training returns ≥ threshold",
 }
-# Which peer each metric compares dmpo against: the one that measures the same thing.
-METRIC_PEER = {EVALUATION: "sac", TRAINING_MEAN: "acme"}
+# Which peers each metric compares dmpo against: those that measure the same thing.
+METRIC_PEERS = {EVALUATION: ("sac", "tqc"), TRAINING_MEAN: ("acme",)}
 DMPO_KINDS = ("dmpo", "dmpo-overlap", "dmpo-actors1", "dmpo-actors2")
 
 
@@ -188,14 +188,14 @@ def results_markdown(runs: Sequence[Mapping[str, Any]], *, preamble: Sequence[st
         lines.append(f"| {kind} | {len(group)} | {cells[0]} | {cells[1]} |")
     lines += ["", "## Peer minutes ÷ dmpo minutes", "",
               "(b) is the like-for-like measure against Acme (both read training-episode returns), "
-              "(a) against SAC (both evaluate the deterministic policy). Above 1: dmpo is faster; "
+              "(a) against SAC and TQC (all evaluate the deterministic policy). Above 1: dmpo is faster; "
               "\"≥\": the peer was stopped by a cap first.", "",
               "| dmpo run | metric | peer | ratio |", "|---|---|---|---|"]
     for kind in DMPO_KINDS:
         if kind not in medians:
             continue
-        for metric, peer in METRIC_PEER.items():
-            if peer in medians:
+        for metric, peers in METRIC_PEERS.items():
+            for peer in (p for p in peers if p in medians):
                 ratio = ratio_cell(medians[peer][metric], medians[kind][metric])
                 lines.append(f"| {kind} | {METRIC_TITLES[metric][:3]} | {peer} | {ratio} |")
     return "\n".join(lines) + "\n"
