@@ -56,6 +56,20 @@ def test_the_lock_satisfies_every_range_and_holds_the_extras():
         assert req.specifier.contains(locked[name], prereleases=True), (spec, locked[name])
 
 
+def test_the_lock_keeps_the_constraints_the_package_ranges_leave_open():
+    """constraints.txt narrows the lock only: each of its lines holds in requirements.lock, and none of them
+    narrows the package's own ranges (users may install what the lock avoids)."""
+    locked = locked_versions()
+    lines = [line.split("#")[0].strip() for line in (ROOT / "constraints.txt").read_text().splitlines()]
+    constraints = [Requirement(line) for line in lines if line]
+    assert constraints
+    ranges = {canonical(Requirement(spec).name) for spec in project()["dependencies"]}
+    for req in constraints:
+        name = canonical(req.name)
+        assert req.specifier.contains(locked[name]), (str(req), locked[name])
+        assert name not in ranges, f"{name}: a constraint of the lock, not a range of the package"
+
+
 BLOCK_RAY = textwrap.dedent("""
     import sys
 
