@@ -67,11 +67,12 @@ STOP_GRACE_SECONDS = 40.0  # dmpo --actors waits up to 20 s for its nodes; leave
 REPO = Path(__file__).resolve().parent.parent
 # The peers run from environments of their own, outside this repository: each path comes from its flag
 # or, without it, from an environment variable. There is no default path.
+# Each flag: its environment variable, what it names, and the run kinds that need it.
 PEER_FLAGS = (
-    ("--acme-python", "DMPO_BENCH_ACME_PYTHON", "the Python of Acme's TF DMPO environment"),
-    ("--acme-script", "DMPO_BENCH_ACME_SCRIPT", "the Acme peer script (its `train` command)"),
-    ("--sac-python", "DMPO_BENCH_SAC_PYTHON", "the Python of the SBX environment (SAC and TQC runs)"),
-    ("--sac-script", "DMPO_BENCH_SAC_SCRIPT", "the SBX peer script (SAC and TQC runs)"),
+    ("--acme-python", "DMPO_BENCH_ACME_PYTHON", "the Python of Acme's TF DMPO environment", ("acme",)),
+    ("--acme-script", "DMPO_BENCH_ACME_SCRIPT", "the Acme peer script (its `train` command)", ("acme",)),
+    ("--sac-python", "DMPO_BENCH_SAC_PYTHON", "the Python of the SBX environment (SAC, TQC)", SBX_KINDS),
+    ("--sac-script", "DMPO_BENCH_SAC_SCRIPT", "the SBX peer script (SAC, TQC)", SBX_KINDS),
 )
 # bench.py train's episode line: episode, cumulative env steps, return, steps/s, its own wall seconds.
 ACME_EPISODE_LINE = re.compile(
@@ -334,14 +335,12 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--summarise", type=Path, nargs="+", metavar="RESULTS_JSON",
                         help="print the tables of these results.json files (e.g. benchmarks/recorded/"
                              "side-by-side/*.json); run and write nothing")
-    for flag, variable, what in PEER_FLAGS:
+    for flag, variable, what, _ in PEER_FLAGS:
         parser.add_argument(flag, default=os.environ.get(variable),
                             help=f"{what} (default: ${variable}); needed by the runs it names")
     args = parser.parse_args(argv)
     if not (args.summarise_only or args.summarise):
-        for flag, variable, what in PEER_FLAGS:
-            peer = flag.split("-")[2]  # --acme-python -> acme
-            kinds = SBX_KINDS if peer == "sac" else (peer,)
+        for flag, variable, what, kinds in PEER_FLAGS:
             for kind in (k for k in kinds if k in args.runs):
                 if not getattr(args, flag[2:].replace("-", "_")):
                     parser.error(f"--runs {kind} needs {flag} or ${variable}: {what}")
