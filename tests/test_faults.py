@@ -387,8 +387,13 @@ def run_and_kill(tmp_path: Path, kills: list[str], *, steps: int = 10_000_000, f
         for number, kill in enumerate(kills, 1):
             title = kill.rstrip("!")
             # After a kill during a restore the next program may still be starting its nodes.
-            victim = wait_for(lambda t=title: node_processes(root, t)[:1], f"a {title} to kill", timeout=240,
-                              period=0.05)[0]
+            def victims(t=title) -> list[psutil.Process]:
+                # A driver that ended before this kill fails here with its output, not inside psutil.
+                assert driver.poll() is None, (f"the run ended (exit {driver.returncode}) before the "
+                                               f"{t} kill: " + "".join(lines)[-3000:])
+                return node_processes(root, t)[:1]
+
+            victim = wait_for(victims, f"a {title} to kill", timeout=240, period=0.05)[0]
             recovered = "".join(lines).count("node was lost")
             victim.kill()
             print(f"killed {title} (pid {victim.pid})")
