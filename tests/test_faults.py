@@ -395,6 +395,10 @@ def run_and_kill(tmp_path: Path, kills: list[str], *, steps: int = 10_000_000, f
 
             victim = wait_for(victims, f"a {title} to kill", timeout=240, period=0.05)[0]
             recovered = "".join(lines).count("node was lost")
+            # The actors of the program about to lose a node: the new program's actor is one not among
+            # them. (Taken after the recovery line instead, a loaded machine could let the new actor start
+            # first; the wait then lasted until the run had finished its budget, before the next kill.)
+            actors = {p.pid for p in node_processes(root, "ActorNode")}
             victim.kill()
             print(f"killed {title} (pid {victim.pid})")
             if last_ends_run and number == len(kills):
@@ -409,7 +413,6 @@ def run_and_kill(tmp_path: Path, kills: list[str], *, steps: int = 10_000_000, f
             if title != "ActorNode":  # the run recovered: its line, and the new program's actor
                 wait_for(lambda n=recovered: "".join(lines).count("node was lost") > n, "the recovery line",
                          timeout=60, period=0.25)
-                actors = {p.pid for p in node_processes(root, "ActorNode")}
                 wait_for(lambda a=actors: {p.pid for p in node_processes(root, "ActorNode")} - a
                          or driver.poll() is not None, "the new program's actor", timeout=240, period=0.25)
         if then is not None:
