@@ -5,6 +5,11 @@ The file is a 7-byte header (`:W&B`, magic, version) and then LevelDB-log record
 pieces, a block tail shorter than a header padded with zeros (the layout wandb's own datastore used).
 Each record is a `wandb.proto.wandb_internal_pb2.Record`. Written here because wandb no longer ships a
 Python reader; checksums are not verified (the tests read files wandb just closed).
+
+`run.finish()` can return before wandb's service process has written the run's last records: a test
+that read a resumed run's file right after `train()` returned once found none of its rows. So each read
+first calls `wandb.teardown()`, which waits for that process to finish its work and exit (a later
+`wandb.init` in the same process starts a new one).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
 def records(path: str | Path) -> list[Any]:
+    import wandb
     from wandb.proto import wandb_internal_pb2
 
+    wandb.teardown()  # the file is complete only once wandb's service has exited (module docstring)
     blob = Path(path).read_bytes()
     assert blob[:4] == b":W&B", f"{path} is not a W&B run file"
     found, pieces, offset = [], [], _FILE_HEADER
